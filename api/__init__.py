@@ -1,0 +1,1 @@
+"""Pure data model of the scheduler: no I/O, no clocks, no cluster access."""

@@ -1,0 +1,138 @@
+"""Immutable sets of small non-negative integer ids (CPU ids, device indices) on bitarray.
+
+Parsed from and printed as the Linux list format used by cpusets and sysfs: "0-3,8,10-11".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from bitarray import frozenbitarray
+from bitarray.util import zeros
+
+_MAX_ID = 1 << 16
+
+
+class IdSetError(ValueError):
+    """Text that is not a Linux list ("0-3,8")."""
+
+
+class IdSet:
+    """A frozen set of ints backed by a bit per id; cheap union/intersection/difference."""
+
+    __slots__ = ("_bits", "_hash")
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        id_list = list(ids)
+        size = (max(id_list) + 1) if id_list else 0
+        bits = zeros(size)
+        for value in id_list:
+            if value < 0:
+                raise IdSetError(f"negative id {value}")
+            bits[value] = 1
+        self._bits = frozenbitarray(bits)
+        self._hash: int | None = None
+
+    @classmethod
+    def _from_bits(cls, bits: frozenbitarray) -> IdSet:
+        result = cls.__new__(cls)
+        # Trailing zeros would make equal sets compare unequal; strip them.
+        last = bits.find(1, right=True) if bits.any() else -1
+        result._bits = bits if last + 1 == len(bits) else frozenbitarray(bits[: last + 1])
+        result._hash = None
+        return result
+
+    @classmethod
+    def parse(cls, text: str) -> IdSet:
+        """Parse the Linux list format; empty or whitespace text is the empty set."""
+        ids: list[int] = []
+        stripped = text.strip()
+        if not stripped:
+            return cls()
+        for part in stripped.split(","):
+            item = part.strip()
+            if not item:
+                raise IdSetError(f"invalid list {text!r}: empty element")
+            low_text, dash, high_text = item.partition("-")
+            try:
+                low = int(low_text)
+                high = int(high_text) if dash else low
+            except ValueError:
+                raise IdSetError(f"invalid list {text!r}: {item!r} is not a number or range") from None
+            if low < 0 or high < low:
+                raise IdSetError(f"invalid list {text!r}: bad range {item!r}")
+            if high >= _MAX_ID:
+                raise IdSetError(f"invalid list {text!r}: id {high} is too large")
+            ids.extend(range(low, high + 1))
+        return cls(ids)
+
+    def format(self) -> str:
+        """Linux list format, ranges collapsed: "0-3,8"."""
+        parts: list[str] = []
+        start = previous = -2
+        for value in self:
+            if value == previous + 1:
+                previous = value
+                continue
+            if start >= 0:
+                parts.append(str(start) if start == previous else f"{start}-{previous}")
+            start = previous = value
+        if start >= 0:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        return ",".join(parts)
+
+    def _aligned(self, other: IdSet) -> tuple[frozenbitarray, frozenbitarray]:
+        size = max(len(self._bits), len(other._bits))
+        left = self._bits if len(self._bits) == size else self._bits + zeros(size - len(self._bits))
+        right = other._bits if len(other._bits) == size else other._bits + zeros(size - len(other._bits))
+        return frozenbitarray(left), frozenbitarray(right)
+
+    def union(self, other: IdSet) -> IdSet:
+        left, right = self._aligned(other)
+        return IdSet._from_bits(frozenbitarray(left | right))
+
+    def intersection(self, other: IdSet) -> IdSet:
+        left, right = self._aligned(other)
+        return IdSet._from_bits(frozenbitarray(left & right))
+
+    def difference(self, other: IdSet) -> IdSet:
+        left, right = self._aligned(other)
+        return IdSet._from_bits(frozenbitarray(left & ~right))
+
+    def is_subset(self, other: IdSet) -> bool:
+        return len(self.difference(other)) == 0
+
+    def __or__(self, other: IdSet) -> IdSet:
+        return self.union(other)
+
+    def __and__(self, other: IdSet) -> IdSet:
+        return self.intersection(other)
+
+    def __sub__(self, other: IdSet) -> IdSet:
+        return self.difference(other)
+
+    def __len__(self) -> int:
+        return int(self._bits.count(1))
+
+    def __bool__(self) -> bool:
+        return bool(self._bits.any())
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._bits.search(1))
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, int) and 0 <= value < len(self._bits) and bool(self._bits[value])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdSet) and self._bits == other._bits
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self._bits)
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"IdSet({self.format()!r})"
+
+    def sorted(self) -> list[int]:
+        return list(self)

@@ -1,0 +1,164 @@
+"""A node's accounting: allocatable, idle, used, releasing and pipelined resources, its tasks, and
+the CPUs, devices and per-NUMA memory already assigned on it."""
+
+from __future__ import annotations
+
+import attrs
+
+from numasched.api.allocation import PodAllocation
+from numasched.api.idset import IdSet
+from numasched.api.resource import Resource
+from numasched.api.task import TaskInfo, TaskStatus
+from numasched.api.topology import NumaTopology
+
+
+@attrs.frozen(slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+@attrs.define(slots=True)
+class NumaUsage:
+    """What the tasks on a node hold of its topology: exclusive CPUs, device ids, NUMA memory."""
+
+    cpus: IdSet = attrs.field(factory=IdSet)
+    devices: dict[str, frozenset[str]] = attrs.field(factory=dict)
+    memory: dict[str, dict[int, int]] = attrs.field(factory=dict)
+
+    def add(self, allocation: PodAllocation) -> None:
+        self.cpus = self.cpus | allocation.cpus()
+        for container in allocation.containers:
+            for resource, ids in container.devices.items():
+                self.devices[resource] = self.devices.get(resource, frozenset()) | frozenset(ids)
+            for resource, per_numa in container.memory.items():
+                used = self.memory.setdefault(resource, {})
+                for numa, size in per_numa.items():
+                    used[numa] = used.get(numa, 0) + size
+
+    def remove(self, allocation: PodAllocation) -> None:
+        self.cpus = self.cpus - allocation.cpus()
+        for container in allocation.containers:
+            for resource, ids in container.devices.items():
+                self.devices[resource] = self.devices.get(resource, frozenset()) - frozenset(ids)
+            for resource, per_numa in container.memory.items():
+                used = self.memory.setdefault(resource, {})
+                for numa, size in per_numa.items():
+                    used[numa] = max(0, used.get(numa, 0) - size)
+
+    def clone(self) -> NumaUsage:
+        return NumaUsage(
+            self.cpus,
+            dict(self.devices),
+            {resource: dict(per_numa) for resource, per_numa in self.memory.items()},
+        )
+
+
+@attrs.define(slots=True)
+class NodeInfo:
+    name: str
+    allocatable: Resource = attrs.field(factory=Resource)
+    capacity: Resource = attrs.field(factory=Resource)
+    idle: Resource = attrs.field(factory=Resource)
+    used: Resource = attrs.field(factory=Resource)
+    releasing: Resource = attrs.field(factory=Resource)
+    pipelined: Resource = attrs.field(factory=Resource)
+    max_pods: int = 110
+    labels: dict[str, str] = attrs.field(factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    tasks: dict[str, TaskInfo] = attrs.field(factory=dict)
+    topology: NumaTopology | None = None
+    # Why the topology object could not be used; the node then has no NUMA awareness.
+    topology_error: str = ""
+    numa_usage: NumaUsage = attrs.field(factory=NumaUsage)
+
+    @classmethod
+    def create(cls, name: str, allocatable: Resource, capacity: Resource | None = None) -> NodeInfo:
+        return cls(
+            name=name,
+            allocatable=allocatable.clone(),
+            capacity=(capacity or allocatable).clone(),
+            idle=allocatable.clone(),
+        )
+
+    def future_idle(self) -> Resource:
+        """What will be free once releasing tasks are gone and pipelined ones have arrived."""
+        return self.idle.clone().add(self.releasing).sub(self.pipelined)
+
+    def free_cpus(self) -> IdSet:
+        """CPUs the static CPU manager could still hand out exclusively."""
+        if self.topology is None:
+            return IdSet()
+        return self.topology.allocatable_cpus - self.numa_usage.cpus
+
+    def free_devices(self, resource: str) -> tuple[str, ...]:
+        """Healthy, unassigned device ids of one resource, in the topology's order."""
+        if self.topology is None or resource not in self.topology.devices:
+            return ()
+        used = self.numa_usage.devices.get(resource, frozenset())
+        return tuple(
+            device.id
+            for device in self.topology.devices[resource].devices
+            if device.healthy and device.id not in used
+        )
+
+    def add_task(self, task: TaskInfo) -> None:
+        """Account a task on this node (Volcano's NodeInfo.AddTask)."""
+        if task.uid in self.tasks:
+            raise ValueError(f"task {task.key} is already on node {self.name}")
+        if task.status is TaskStatus.RELEASING:
+            self.releasing.add(task.resreq)
+            self.idle.sub(task.resreq)
+        elif task.status is TaskStatus.PIPELINED:
+            self.pipelined.add(task.resreq)
+        else:
+            self.idle.sub(task.resreq)
+        self.used.add(task.resreq)
+        if task.allocation is not None:
+            self.numa_usage.add(task.allocation)
+        self.tasks[task.uid] = task
+
+    def remove_task(self, task: TaskInfo) -> None:
+        stored = self.tasks.pop(task.uid, None)
+        if stored is None:
+            return
+        if stored.status is TaskStatus.RELEASING:
+            self.releasing.sub(stored.resreq)
+            self.idle.add(stored.resreq)
+        elif stored.status is TaskStatus.PIPELINED:
+            self.pipelined.sub(stored.resreq)
+        else:
+            self.idle.add(stored.resreq)
+        self.used.sub(stored.resreq)
+        if stored.allocation is not None:
+            self.numa_usage.remove(stored.allocation)
+
+    def update_task(self, task: TaskInfo) -> None:
+        self.remove_task(task)
+        self.add_task(task)
+
+    def pod_count(self) -> int:
+        return len(self.tasks)
+
+    def clone(self) -> NodeInfo:
+        return NodeInfo(
+            name=self.name,
+            allocatable=self.allocatable.clone(),
+            capacity=self.capacity.clone(),
+            idle=self.idle.clone(),
+            used=self.used.clone(),
+            releasing=self.releasing.clone(),
+            pipelined=self.pipelined.clone(),
+            max_pods=self.max_pods,
+            labels=self.labels,
+            taints=self.taints,
+            unschedulable=self.unschedulable,
+            ready=self.ready,
+            tasks=dict(self.tasks),
+            topology=self.topology,
+            topology_error=self.topology_error,
+            numa_usage=self.numa_usage.clone(),
+        )

@@ -1,0 +1,115 @@
+"""A pod as the scheduler sees it: its requests per container, constraints and status."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from numasched.api.allocation import PodAllocation
+from numasched.api.resource import Resource
+
+
+class TaskStatus(enum.Enum):
+    PENDING = "Pending"
+    ALLOCATED = "Allocated"
+    PIPELINED = "Pipelined"
+    BINDING = "Binding"
+    BOUND = "Bound"
+    RUNNING = "Running"
+    RELEASING = "Releasing"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+# Statuses whose resources count as used on their node.
+OCCUPYING_STATUSES = frozenset(
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.RELEASING,
+    }
+)
+# Statuses that count toward a gang's minAvailable (Volcano's ReadyTaskNum).
+READY_STATUSES = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED}
+)
+
+
+class QosClass(enum.StrEnum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+@attrs.frozen(slots=True)
+class ContainerInfo:
+    name: str
+    requests: Resource
+    limits: Resource
+    init: bool = False
+    # An init container with restartPolicy: Always (a sidecar) keeps its resources for the pod's life.
+    sidecar: bool = False
+
+
+@attrs.frozen(slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+@attrs.frozen(slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@attrs.frozen(slots=True)
+class NodeSelectorTerm:
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+
+
+@attrs.define(slots=True)
+class TaskInfo:
+    uid: str
+    namespace: str
+    name: str
+    job_id: str
+    resreq: Resource
+    init_resreq: Resource
+    containers: tuple[ContainerInfo, ...] = ()
+    status: TaskStatus = TaskStatus.PENDING
+    priority: int = 0
+    qos: QosClass = QosClass.BEST_EFFORT
+    node_name: str = ""
+    scheduler_name: str = ""
+    node_selector: dict[str, str] = attrs.field(factory=dict)
+    required_node_terms: tuple[NodeSelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    labels: dict[str, str] = attrs.field(factory=dict)
+    annotations: dict[str, str] = attrs.field(factory=dict)
+    priority_class_name: str = ""
+    creation_timestamp: float = 0.0
+    allocation: PodAllocation | None = None
+    # The last reason this task could not be placed, for events and simulate output.
+    fit_error: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def best_effort(self) -> bool:
+        """No CPU or memory request: placed by backfill, never blocks a gang."""
+        return self.init_resreq.milli_cpu < 0.01 and self.init_resreq.memory < 1
+
+    def clone(self) -> TaskInfo:
+        return attrs.evolve(self, resreq=self.resreq.clone(), init_resreq=self.init_resreq.clone())

@@ -1,0 +1,193 @@
+"""A node's NUMA, CPU and device topology and its kubelet policies, as the scheduler sees them.
+
+Built by cache converters from a Numatopology or NodeResourceTopology object (plus the
+numasched.io/device-topology annotation) and never mutated afterwards: sessions share it.
+"""
+
+from __future__ import annotations
+
+import enum
+from functools import cached_property
+
+import attrs
+
+from numasched.api.idset import IdSet
+from numasched.api.numamask import NumaMask
+
+
+class TopologyPolicy(enum.StrEnum):
+    NONE = "none"
+    BEST_EFFORT = "best-effort"
+    RESTRICTED = "restricted"
+    SINGLE_NUMA_NODE = "single-numa-node"
+
+    @property
+    def strictness(self) -> int:
+        """Order used when a pod asks for a policy stricter than its node's."""
+        return _STRICTNESS[self]
+
+
+_STRICTNESS = {
+    TopologyPolicy.NONE: 0,
+    TopologyPolicy.BEST_EFFORT: 1,
+    TopologyPolicy.RESTRICTED: 2,
+    TopologyPolicy.SINGLE_NUMA_NODE: 3,
+}
+
+
+class TopologyScope(enum.StrEnum):
+    CONTAINER = "container"
+    POD = "pod"
+
+
+class CpuManagerPolicy(enum.StrEnum):
+    NONE = "none"
+    STATIC = "static"
+
+
+# The kubelet refuses to start a topology manager on more NUMA nodes than this unless the
+# max-allowable-numa-nodes policy option raises it.
+DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
+
+
+@attrs.frozen(slots=True)
+class KubeletPolicies:
+    cpu_manager_policy: CpuManagerPolicy = CpuManagerPolicy.NONE
+    cpu_manager_options: dict[str, str] = attrs.field(factory=dict)
+    topology_manager_policy: TopologyPolicy = TopologyPolicy.NONE
+    topology_manager_scope: TopologyScope = TopologyScope.CONTAINER
+    topology_manager_options: dict[str, str] = attrs.field(factory=dict)
+    memory_manager_policy: str = "None"
+
+    @property
+    def max_allowable_numa_nodes(self) -> int:
+        raw = self.topology_manager_options.get("max-allowable-numa-nodes")
+        return int(raw) if raw and raw.isdigit() else DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+
+    @property
+    def prefer_closest_numa_nodes(self) -> bool:
+        return self.topology_manager_options.get("prefer-closest-numa-nodes", "false").lower() == "true"
+
+
+@attrs.frozen(slots=True)
+class CpuInfo:
+    cpu: int
+    core: int
+    socket: int
+    numa: int
+    # Last-level (uncore) cache group; defaults to the socket when the source does not say.
+    l3: int
+
+
+class PcieDistance(enum.IntEnum):
+    """Path between two PCI devices, nearest first, as `nvidia-smi topo -m` names it."""
+
+    PIX = 1  # at most one PCIe bridge
+    PXB = 2  # several PCIe bridges, no host bridge
+    PHB = 3  # through a PCIe host bridge (the CPU)
+    NODE = 4  # between host bridges within one NUMA node
+    SYS = 5  # across NUMA nodes (SMP interconnect)
+
+
+@attrs.frozen(slots=True)
+class DeviceLink:
+    """How two devices talk: NVLink count, NVSwitch fabric, and the PCIe path."""
+
+    nvlinks: int = 0
+    nvswitch: bool = False
+    pcie: PcieDistance | None = None
+
+
+@attrs.frozen(slots=True)
+class DeviceInfo:
+    id: str
+    numa: int | None
+    pci_bus_id: str | None = None
+    pci_switch: str | None = None
+    model: str | None = None
+    healthy: bool = True
+
+
+DeviceKey = tuple[str, str]  # (resource name, device id)
+
+
+@attrs.frozen(slots=True)
+class DeviceGroup:
+    """The devices of one resource name on a node, plus allowed partitions."""
+
+    resource: str
+    devices: tuple[DeviceInfo, ...]
+    # Vendor-mandated sets (e.g. fabric-manager partitions); empty means any subset is allowed.
+    partitions: tuple[frozenset[str], ...] = ()
+
+    @cached_property
+    def by_id(self) -> dict[str, DeviceInfo]:
+        return {device.id: device for device in self.devices}
+
+    @cached_property
+    def ids_by_numa(self) -> dict[int | None, tuple[str, ...]]:
+        grouped: dict[int | None, list[str]] = {}
+        for device in self.devices:
+            grouped.setdefault(device.numa, []).append(device.id)
+        return {numa: tuple(ids) for numa, ids in grouped.items()}
+
+
+@attrs.frozen(slots=True)
+class NumaTopology:
+    node_name: str
+    numa_ids: tuple[int, ...]
+    cpus: tuple[CpuInfo, ...] = ()
+    # distances[i][j] as the kernel's SLIT reports (10 = local); empty when unknown.
+    distances: dict[int, dict[int, int]] = attrs.field(factory=dict)
+    # Allocatable bytes per NUMA node, per resource ("memory", "hugepages-1Gi").
+    memory: dict[str, dict[int, int]] = attrs.field(factory=dict)
+    devices: dict[str, DeviceGroup] = attrs.field(factory=dict)
+    # Links between any two devices (GPU-GPU, GPU-NIC), stored once per unordered pair.
+    links: dict[tuple[DeviceKey, DeviceKey], DeviceLink] = attrs.field(factory=dict)
+    reserved_cpus: IdSet = attrs.field(factory=IdSet)
+    policies: KubeletPolicies = attrs.field(factory=KubeletPolicies)
+
+    @cached_property
+    def cpu_info(self) -> dict[int, CpuInfo]:
+        return {info.cpu: info for info in self.cpus}
+
+    @cached_property
+    def all_cpus(self) -> IdSet:
+        return IdSet(info.cpu for info in self.cpus)
+
+    @cached_property
+    def allocatable_cpus(self) -> IdSet:
+        """CPUs the static CPU manager may hand out exclusively."""
+        return self.all_cpus - self.reserved_cpus
+
+    @cached_property
+    def cpus_by_numa(self) -> dict[int, IdSet]:
+        grouped: dict[int, list[int]] = {numa: [] for numa in self.numa_ids}
+        for info in self.cpus:
+            grouped.setdefault(info.numa, []).append(info.cpu)
+        return {numa: IdSet(cpus) for numa, cpus in grouped.items()}
+
+    @cached_property
+    def all_numa(self) -> NumaMask:
+        return NumaMask.from_ids(self.numa_ids)
+
+    def cpus_in(self, mask: NumaMask) -> IdSet:
+        result = IdSet()
+        for numa in mask.ids():
+            result = result | self.cpus_by_numa.get(numa, IdSet())
+        return result
+
+    def link(self, first: DeviceKey, second: DeviceKey) -> DeviceLink | None:
+        key = (first, second) if first <= second else (second, first)
+        return self.links.get(key)
+
+    def distance(self, first: int, second: int) -> int:
+        row = self.distances.get(first)
+        if row is None or second not in row:
+            return 10 if first == second else 20
+        return row[second]
+
+
+def link_key(first: DeviceKey, second: DeviceKey) -> tuple[DeviceKey, DeviceKey]:
+    """The key under which NumaTopology.links stores an unordered pair."""
+    return (first, second) if first <= second else (second, first)

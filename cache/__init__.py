@@ -1,0 +1,1 @@
+"""The cluster view: informers, converters, the ledger of assumed allocations, snapshot, binder."""

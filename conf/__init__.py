@@ -1,0 +1,1 @@
+"""Scheduler configuration in Volcano's volcano-scheduler.conf format."""

@@ -1,0 +1,1 @@
+"""The bundled example cluster, workload and configuration used by `numasched simulate`."""

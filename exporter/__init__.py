@@ -1,0 +1,1 @@
+"""The node agent: discovers a node's topology and publishes it."""

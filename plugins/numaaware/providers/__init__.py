@@ -1,0 +1,1 @@
+"""Topology hint providers (CPU, devices) and the provider protocol."""

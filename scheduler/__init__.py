@@ -1,0 +1,1 @@
+"""The scheduling framework: loop, session, statement, registry, actions."""
