@@ -1,0 +1,135 @@
+"""The hint provider protocol: what a CPU, device, memory or third-party provider implements.
+
+A provider mirrors a kubelet hint provider (CPU manager, device manager, memory manager): for one
+request (a container's requests, or the pod's effective requests in pod scope) it says which NUMA
+affinities could satisfy each resource it handles, and, once the merged best hint is known, picks
+the concrete ids (CPUs, device ids, bytes per NUMA node) inside that affinity.
+
+Providers are pure: they read the request, the node's topology and a snapshot of what is free, and
+never mutate anything. The numa-aware plugin owns the bookkeeping between containers and pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.idset import IdSet
+from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
+from numasched.api.task import ContainerInfo, QosClass
+from numasched.api.topology import NumaTopology, TopologyScope
+
+
+class ProviderError(Exception):
+    """A provider cannot allocate what it was asked for (e.g. the hint left too few free ids).
+
+    The message names the resource and the shortfall; the plugin reports it as the reason the task
+    does not fit the node.
+    """
+
+
+@attrs.frozen(slots=True)
+class HintRequest:
+    """One unit the topology manager aligns: a container (container scope) or the pod (pod scope).
+
+    requests: what to align. In container scope the container's own requests; in pod scope the
+    pod's effective requests (max of the sum of app containers and of the largest init container,
+    as the kubelet computes them).
+    containers: the containers behind the request: exactly one in container scope, all of the pod's
+    containers (init ones first) in pod scope, so a provider can apply per-container rules (the CPU
+    manager gives exclusive CPUs only to containers with an integer CPU request).
+    """
+
+    pod: str  # namespace/name, for messages and logs
+    container: str  # the container's name; "" in pod scope
+    requests: Resource
+    qos: QosClass
+    scope: TopologyScope = TopologyScope.CONTAINER
+    containers: tuple[ContainerInfo, ...] = ()
+    limits: Resource = attrs.field(factory=Resource)
+
+    def amount(self, resource: str) -> float:
+        """The requested quantity in the resource's unit (CPUs, bytes, devices), not thousandths."""
+        if resource == "cpu":
+            return self.requests.milli_cpu / 1000.0
+        if resource == "memory":
+            return self.requests.memory
+        return self.requests.scalars.get(resource, 0.0) / 1000.0
+
+    def describe(self) -> str:
+        return f"container {self.container}" if self.container else f"pod {self.pod}"
+
+
+@attrs.frozen(slots=True)
+class FreeResources:
+    """What is still free on a node for this request.
+
+    cpus: CPUs the static CPU manager may still hand out exclusively.
+    devices: free, healthy device ids per resource name, in the topology's order.
+    memory: free bytes per NUMA node per resource ("memory", "hugepages-1Gi").
+    """
+
+    cpus: IdSet = attrs.field(factory=IdSet)
+    devices: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    memory: Mapping[str, Mapping[int, int]] = attrs.field(factory=dict)
+
+    def free_devices(self, resource: str) -> tuple[str, ...]:
+        return tuple(self.devices.get(resource, ()))
+
+    def free_memory(self, resource: str) -> Mapping[int, int]:
+        return self.memory.get(resource, {})
+
+
+# What a provider assigns for one resource: CPU ids ("cpu"), device ids (a device resource), or
+# bytes per NUMA node (memory and hugepages).
+Assigned = IdSet | tuple[str, ...] | Mapping[int, int]
+ProviderAllocation = dict[str, Assigned]
+
+
+@runtime_checkable
+class HintProvider(Protocol):
+    """A source of topology hints and the allocator for the resources it names."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def resources(self) -> frozenset[str]: ...
+
+    def hints(
+        self, request: HintRequest, topology: NumaTopology, free: FreeResources
+    ) -> ResourceHints | None:
+        """Per resource: the hints (None = no preference, [] = cannot be satisfied); None overall
+        when the provider has nothing to say about this request."""
+        ...
+
+    def allocate(
+        self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
+    ) -> ProviderAllocation:
+        """The ids chosen for each resource of the request, inside best_hint's affinity when it has
+        one; an empty dict when the provider assigns nothing. Raises ProviderError on a shortfall."""
+        ...
+
+
+# Entry points in the group numasched.hint_providers name a factory: it takes the numa-aware
+# plugin's arguments mapping (the `arguments` of the plugin in the scheduler config) and returns
+# a provider.
+HintProviderFactory = Callable[[Mapping[str, Any]], HintProvider]
+HINT_PROVIDER_GROUP = "numasched.hint_providers"
+
+
+def free_resources(node: NodeInfo) -> FreeResources:
+    """A snapshot of what is free on a node with topology: CPUs, device ids, NUMA memory."""
+    topology = node.topology
+    if topology is None:
+        return FreeResources()
+    devices = {resource: node.free_devices(resource) for resource in topology.devices}
+    memory: dict[str, dict[int, int]] = {}
+    for resource, per_numa in topology.memory.items():
+        used = node.numa_usage.memory.get(resource, {})
+        memory[resource] = {numa: max(0, size - used.get(numa, 0)) for numa, size in per_numa.items()}
+    return FreeResources(cpus=node.free_cpus(), devices=devices, memory=memory)
