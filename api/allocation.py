@@ -45,9 +45,7 @@ class PodAllocation:
         return result
 
     def devices(self, resource: str) -> frozenset[str]:
-        return frozenset(
-            device for container in self.containers for device in container.devices.get(resource, ())
-        )
+        return frozenset(device for container in self.containers for device in container.devices.get(resource, ()))
 
     def resources(self) -> set[str]:
         return {name for container in self.containers for name in container.devices}
@@ -61,13 +59,17 @@ class PodAllocation:
 
     def is_empty(self) -> bool:
         return all(
-            not container.cpuset and not container.devices and not container.memory
-            for container in self.containers
+            not container.cpuset and not container.devices and not container.memory for container in self.containers
         )
 
 
 def allocation_to_json(allocation: PodAllocation) -> str:
     """The numasched.io/allocation annotation value (stable key order)."""
+    return json.dumps(allocation_to_mapping(allocation), sort_keys=True, separators=(",", ":"))
+
+
+def allocation_to_mapping(allocation: PodAllocation) -> dict[str, Any]:
+    """{"containers": {name: {"cpuset", "numa", "devices", "memory"}}}, empty fields left out."""
     containers: dict[str, Any] = {}
     for container in allocation.containers:
         entry: dict[str, Any] = {}
@@ -83,7 +85,7 @@ def allocation_to_json(allocation: PodAllocation) -> str:
                 for name, per_numa in sorted(container.memory.items())
             }
         containers[container.name] = entry
-    return json.dumps({"containers": containers}, sort_keys=True, separators=(",", ":"))
+    return {"containers": containers}
 
 
 def allocation_from_json(text: str) -> PodAllocation:
@@ -92,6 +94,11 @@ def allocation_from_json(text: str) -> PodAllocation:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise AllocationError(f"not JSON: {error}") from None
+    return allocation_from_mapping(document)
+
+
+def allocation_from_mapping(document: Any) -> PodAllocation:
+    """The inverse of allocation_to_mapping; raises AllocationError saying what is wrong."""
     if not isinstance(document, Mapping) or not isinstance(document.get("containers"), Mapping):
         raise AllocationError('expected {"containers": {name: {...}}}')
     containers: list[ContainerAllocation] = []

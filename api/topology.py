@@ -146,6 +146,9 @@ class NumaTopology:
     links: dict[tuple[DeviceKey, DeviceKey], DeviceLink] = attrs.field(factory=dict)
     reserved_cpus: IdSet = attrs.field(factory=IdSet)
     policies: KubeletPolicies = attrs.field(factory=KubeletPolicies)
+    # False when the source gives counts per NUMA node but not ids (NodeResourceTopology): CPU and
+    # device ids are then placeholders, good for admission and scoring but not for the binding.
+    cpu_ids_known: bool = True
 
     @cached_property
     def cpu_info(self) -> dict[int, CpuInfo]:
