@@ -1,0 +1,7 @@
+"""`python -m numasched`."""
+
+import sys
+
+from numasched.cli import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""Binding: what the scheduler asks the cluster to do with a placed pod, and the annotations that
+carry its CPU and device decision to the node side."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Protocol
+
+import attrs
+
+from numasched.api.allocation import (
+    ALLOCATION_ANNOTATION,
+    VOLCANO_DECISION_ANNOTATION,
+    PodAllocation,
+    allocation_to_json,
+)
+from numasched.api.idset import IdSet
+from numasched.api.job import JobInfo
+from numasched.api.node import NodeInfo
+from numasched.api.task import TaskInfo
+from numasched.api.topology import NumaTopology
+
+
+@attrs.frozen(slots=True)
+class BindRequest:
+    task: TaskInfo
+    node_name: str
+    annotations: dict[str, str] = attrs.field(factory=dict)
+
+
+class BindStatus(enum.StrEnum):
+    BOUND = "Bound"
+    CONFLICT = "Conflict"  # the pod is already bound (409)
+    GONE = "Gone"  # the pod no longer exists (404)
+    FAILED = "Failed"  # anything retryable: 5xx, timeout, connection error
+
+
+@attrs.frozen(slots=True)
+class BindOutcome:
+    status: BindStatus
+    message: str = ""
+
+
+class Binder(Protocol):
+    async def bind(self, request: BindRequest) -> BindOutcome: ...
+
+
+class StatusReporter(Protocol):
+    async def scheduled(self, task: TaskInfo, node_name: str) -> None: ...
+
+    async def unschedulable(self, task: TaskInfo, message: str) -> None: ...
+
+    async def job_status(self, job: JobInfo, phase: str, message: str) -> None: ...
+
+
+def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -> str:
+    """volcano.sh/topology-decision: per NUMA node, the CPUs (list format) and device ids there."""
+    per_numa: dict[int, dict[str, list[str]]] = {}
+    for container in allocation.containers:
+        for cpu in container.cpuset:
+            info = topology.cpu_info.get(cpu) if topology is not None else None
+            numa = info.numa if info is not None else -1
+            per_numa.setdefault(numa, {}).setdefault("cpu", []).append(str(cpu))
+        for resource, ids in container.devices.items():
+            group = topology.devices.get(resource) if topology is not None else None
+            for device_id in ids:
+                device = group.by_id.get(device_id) if group is not None else None
+                numa = device.numa if device is not None and device.numa is not None else -1
+                per_numa.setdefault(numa, {}).setdefault(resource, []).append(device_id)
+    decision: dict[str, dict[str, str]] = {}
+    for numa, resources in sorted(per_numa.items()):
+        entry: dict[str, str] = {}
+        for resource, ids in sorted(resources.items()):
+            if resource == "cpu":
+                entry[resource] = IdSet(int(cpu) for cpu in ids).format()
+            else:
+                entry[resource] = ",".join(ids)
+        decision[str(numa) if numa >= 0 else "unknown"] = entry
+    return json.dumps({"numa": decision}, sort_keys=True, separators=(",", ":"))
+
+
+def binding_annotations(task: TaskInfo, node: NodeInfo | None) -> dict[str, str]:
+    """The annotations the Binding carries (the API server copies them onto the pod)."""
+    allocation = task.allocation
+    if allocation is None or (allocation.is_empty() and not any(c.numa for c in allocation.containers)):
+        return {}
+    topology = node.topology if node is not None else None
+    if topology is not None and not topology.cpu_ids_known:
+        # Placeholder ids from a count-only topology must not reach the node; keep the NUMA choice.
+        allocation = PodAllocation(tuple(attrs.evolve(c, cpuset=IdSet(), devices={}) for c in allocation.containers))
+    return {
+        ALLOCATION_ANNOTATION: allocation_to_json(allocation),
+        VOLCANO_DECISION_ANNOTATION: volcano_decision(allocation, topology),
+    }

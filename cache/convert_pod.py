@@ -1,0 +1,344 @@
+"""Pods, nodes, PodGroups, Queues and PriorityClasses (JSON as the API server returns them) to the
+scheduler's model. The same converters serve the Kubernetes informers and the simulator.
+
+Every converter raises ConversionError naming the object and the field that is wrong; the cache
+reports it and skips only that object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from numasched.api.allocation import ALLOCATION_ANNOTATION, AllocationError, PodAllocation, allocation_from_json
+from numasched.api.job import DEFAULT_QUEUE, JobInfo
+from numasched.api.node import NodeInfo, Taint
+from numasched.api.quantity import QuantityError, parse_integer, parse_quantity
+from numasched.api.resource import CPU, MEMORY, Resource
+from numasched.api.snapshot import QueueInfo
+from numasched.api.task import (
+    ContainerInfo,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    QosClass,
+    TaskInfo,
+    TaskStatus,
+    Toleration,
+)
+
+GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.volcano.sh/group-name"
+
+
+class ConversionError(ValueError):
+    """An object the scheduler cannot use, with its kind and name."""
+
+    def __init__(self, kind: str, name: str, message: str) -> None:
+        super().__init__(f"{kind} {name}: {message}")
+        self.kind = kind
+        self.name = name
+        self.message = message
+
+
+def _mapping(value: Any, kind: str, name: str, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConversionError(kind, name, f"{field}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _sequence(value: Any, kind: str, name: str, field: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConversionError(kind, name, f"{field}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _string_map(value: Any, kind: str, name: str, field: str) -> dict[str, str]:
+    return {str(key): str(item) for key, item in _mapping(value, kind, name, field).items()}
+
+
+def metadata_of(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[str, Any]]:
+    """(namespace, name, metadata) or ConversionError when the name is missing."""
+    if not isinstance(obj, Mapping):
+        raise ConversionError(kind, "<unknown>", "not an object")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping) or not metadata.get("name"):
+        raise ConversionError(kind, "<unknown>", "metadata.name is missing")
+    return str(metadata.get("namespace") or ""), str(metadata["name"]), metadata
+
+
+def parse_timestamp(value: Any) -> float:
+    """RFC 3339 creationTimestamp to epoch seconds; 0 when absent or unreadable (sorts first)."""
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _resources(value: Any, kind: str, name: str, field: str) -> Resource:
+    try:
+        return Resource.from_list(_mapping(value, kind, name, field))
+    except QuantityError as error:
+        raise ConversionError(kind, name, f"{field}: {error}") from None
+
+
+def _container(
+    raw: Any, kind: str, pod_name: str, field: str, *, init: bool
+) -> tuple[ContainerInfo, Mapping[str, Any], Mapping[str, Any]]:
+    container = _mapping(raw, kind, pod_name, field)
+    name = str(container.get("name") or "")
+    if not name:
+        raise ConversionError(kind, pod_name, f"{field}.name is missing")
+    resources = _mapping(container.get("resources"), kind, pod_name, f"{field}.resources")
+    limits_raw = _mapping(resources.get("limits"), kind, pod_name, f"{field}.resources.limits")
+    requests_raw = dict(_mapping(resources.get("requests"), kind, pod_name, f"{field}.resources.requests"))
+    # The API server defaults a missing request to the limit.
+    for resource_name, limit in limits_raw.items():
+        requests_raw.setdefault(resource_name, limit)
+    requests = _resources(requests_raw, kind, pod_name, f"{field}.resources.requests")
+    limits = _resources(limits_raw, kind, pod_name, f"{field}.resources.limits")
+    sidecar = init and container.get("restartPolicy") == "Always"
+    return ContainerInfo(name, requests, limits, init=init, sidecar=sidecar), requests_raw, limits_raw
+
+
+def _qos_class(raw_resources: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> QosClass:
+    """The pod QoS class by the kubelet's rule (cpu and memory only)."""
+    any_set = False
+    guaranteed = True
+    for requests, limits in raw_resources:
+        for resource_name in (CPU, MEMORY):
+            request, limit = requests.get(resource_name), limits.get(resource_name)
+            if request is not None or limit is not None:
+                any_set = True
+            if limit is None or request is None:
+                guaranteed = False
+                continue
+            try:
+                if parse_quantity(request) != parse_quantity(limit):
+                    guaranteed = False
+            except QuantityError:
+                guaranteed = False
+    if not any_set:
+        return QosClass.BEST_EFFORT
+    return QosClass.GUARANTEED if guaranteed else QosClass.BURSTABLE
+
+
+def effective_request(containers: Sequence[ContainerInfo], overhead: Resource) -> Resource:
+    """The pod's request as the scheduler must account it (KEP-753 sidecars included):
+    max(sum of app containers and sidecars, each init container plus the sidecars started
+    before it) plus the pod overhead."""
+    running = Resource()
+    sidecars = Resource()
+    peak_init = Resource()
+    for container in containers:
+        if container.init and container.sidecar:
+            sidecars.add(container.requests)
+        elif container.init:
+            peak_init.set_max(sidecars.clone().add(container.requests))
+        else:
+            running.add(container.requests)
+    running.add(sidecars)
+    return running.set_max(peak_init).add(overhead)
+
+
+def _task_status(spec: Mapping[str, Any], status: Mapping[str, Any], metadata: Mapping[str, Any]) -> TaskStatus:
+    phase = str(status.get("phase") or "Pending")
+    if phase == "Succeeded":
+        return TaskStatus.SUCCEEDED
+    if phase == "Failed":
+        return TaskStatus.FAILED
+    if metadata.get("deletionTimestamp"):
+        return TaskStatus.RELEASING
+    if not spec.get("nodeName"):
+        return TaskStatus.PENDING
+    return TaskStatus.RUNNING if phase == "Running" else TaskStatus.BOUND
+
+
+def _requirements(raw: Any, kind: str, name: str, field: str) -> tuple[NodeSelectorRequirement, ...]:
+    result = []
+    for index, item in enumerate(_sequence(raw, kind, name, field)):
+        entry = _mapping(item, kind, name, f"{field}[{index}]")
+        key, operator = entry.get("key"), entry.get("operator")
+        if not key or not operator:
+            raise ConversionError(kind, name, f"{field}[{index}]: key and operator are required")
+        values = tuple(str(v) for v in _sequence(entry.get("values"), kind, name, f"{field}[{index}].values"))
+        result.append(NodeSelectorRequirement(str(key), str(operator), values))
+    return tuple(result)
+
+
+def _required_node_terms(spec: Mapping[str, Any], name: str) -> tuple[NodeSelectorTerm, ...]:
+    affinity = _mapping(spec.get("affinity"), "Pod", name, "spec.affinity")
+    node_affinity = _mapping(affinity.get("nodeAffinity"), "Pod", name, "spec.affinity.nodeAffinity")
+    field = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), "Pod", name, field)
+    terms = []
+    for index, raw in enumerate(_sequence(required.get("nodeSelectorTerms"), "Pod", name, field)):
+        term = _mapping(raw, "Pod", name, f"{field}.nodeSelectorTerms[{index}]")
+        terms.append(
+            NodeSelectorTerm(
+                _requirements(term.get("matchExpressions"), "Pod", name, f"{field}[{index}].matchExpressions"),
+                _requirements(term.get("matchFields"), "Pod", name, f"{field}[{index}].matchFields"),
+            )
+        )
+    return tuple(terms)
+
+
+def _tolerations(spec: Mapping[str, Any], name: str) -> tuple[Toleration, ...]:
+    result = []
+    for index, raw in enumerate(_sequence(spec.get("tolerations"), "Pod", name, "spec.tolerations")):
+        entry = _mapping(raw, "Pod", name, f"spec.tolerations[{index}]")
+        result.append(
+            Toleration(
+                key=str(entry.get("key") or ""),
+                operator=str(entry.get("operator") or "Equal"),
+                value=str(entry.get("value") or ""),
+                effect=str(entry.get("effect") or ""),
+            )
+        )
+    return tuple(result)
+
+
+def pod_job_id(namespace: str, name: str, annotations: Mapping[str, str]) -> tuple[str, bool]:
+    """(job id, has pod group): a pod's PodGroup, or the pod standing alone as its own job."""
+    group = annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION)
+    if group:
+        return f"{namespace}/{group}", True
+    return f"{namespace}/{name}", False
+
+
+def pod_to_task(obj: Mapping[str, Any]) -> TaskInfo:
+    namespace, name, metadata = metadata_of(obj, "Pod")
+    key = f"{namespace}/{name}"
+    spec = _mapping(obj.get("spec"), "Pod", key, "spec")
+    status = _mapping(obj.get("status"), "Pod", key, "status")
+    containers: list[ContainerInfo] = []
+    raw_resources: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    for field, init in (("initContainers", True), ("containers", False)):
+        for index, raw in enumerate(_sequence(spec.get(field), "Pod", key, f"spec.{field}")):
+            container, requests_raw, limits_raw = _container(raw, "Pod", key, f"spec.{field}[{index}]", init=init)
+            containers.append(container)
+            raw_resources.append((requests_raw, limits_raw))
+    if not any(not container.init for container in containers):
+        raise ConversionError("Pod", key, "spec.containers is empty")
+    overhead = _resources(spec.get("overhead"), "Pod", key, "spec.overhead")
+    request = effective_request(containers, overhead)
+    annotations = _string_map(metadata.get("annotations"), "Pod", key, "metadata.annotations")
+    job_id, _ = pod_job_id(namespace, name, annotations)
+    priority = spec.get("priority")
+    if priority is not None and not isinstance(priority, int):
+        raise ConversionError("Pod", key, f"spec.priority: expected an integer, got {priority!r}")
+    return TaskInfo(
+        uid=str(metadata.get("uid") or key),
+        namespace=namespace,
+        name=name,
+        job_id=job_id,
+        resreq=request,
+        init_resreq=request.clone(),
+        containers=tuple(containers),
+        status=_task_status(spec, status, metadata),
+        priority=int(priority or 0),
+        qos=_qos_class(raw_resources),
+        node_name=str(spec.get("nodeName") or ""),
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        node_selector=_string_map(spec.get("nodeSelector"), "Pod", key, "spec.nodeSelector"),
+        required_node_terms=_required_node_terms(spec, key),
+        tolerations=_tolerations(spec, key),
+        labels=_string_map(metadata.get("labels"), "Pod", key, "metadata.labels"),
+        annotations=annotations,
+        priority_class_name=str(spec.get("priorityClassName") or ""),
+        creation_timestamp=parse_timestamp(metadata.get("creationTimestamp")),
+    )
+
+
+def bound_pod_allocation(task: TaskInfo) -> PodAllocation | None:
+    """The allocation a bound pod's numasched.io/allocation annotation records.
+
+    Kept apart from pod_to_task: a bad annotation loses only the CPU/device ledger entry, never
+    the pod's resource accounting.
+    """
+    text = task.annotations.get(ALLOCATION_ANNOTATION)
+    if not text or not task.node_name:
+        return None
+    try:
+        return allocation_from_json(text)
+    except AllocationError as error:
+        raise ConversionError("Pod", task.key, f"annotation {ALLOCATION_ANNOTATION}: {error}") from None
+
+
+def node_to_node_info(obj: Mapping[str, Any]) -> NodeInfo:
+    _, name, metadata = metadata_of(obj, "Node")
+    spec = _mapping(obj.get("spec"), "Node", name, "spec")
+    status = _mapping(obj.get("status"), "Node", name, "status")
+    allocatable_raw = _mapping(status.get("allocatable"), "Node", name, "status.allocatable")
+    capacity_raw = _mapping(status.get("capacity"), "Node", name, "status.capacity") or allocatable_raw
+    allocatable = _resources(allocatable_raw, "Node", name, "status.allocatable")
+    capacity = _resources(capacity_raw, "Node", name, "status.capacity")
+    try:
+        max_pods = parse_integer(allocatable_raw.get("pods", 110))
+    except QuantityError as error:
+        raise ConversionError("Node", name, f"status.allocatable.pods: {error}") from None
+    taints = []
+    for index, raw in enumerate(_sequence(spec.get("taints"), "Node", name, "spec.taints")):
+        entry = _mapping(raw, "Node", name, f"spec.taints[{index}]")
+        taints.append(Taint(str(entry.get("key") or ""), str(entry.get("value") or ""), str(entry.get("effect") or "")))
+    ready = True
+    for raw in _sequence(status.get("conditions"), "Node", name, "status.conditions"):
+        condition = _mapping(raw, "Node", name, "status.conditions[]")
+        if condition.get("type") == "Ready":
+            ready = condition.get("status") == "True"
+    node = NodeInfo.create(name, allocatable, capacity)
+    node.max_pods = max_pods
+    node.labels = _string_map(metadata.get("labels"), "Node", name, "metadata.labels")
+    node.taints = tuple(taints)
+    node.unschedulable = bool(spec.get("unschedulable", False))
+    node.ready = ready
+    return node
+
+
+def podgroup_to_job(obj: Mapping[str, Any]) -> JobInfo:
+    namespace, name, metadata = metadata_of(obj, "PodGroup")
+    key = f"{namespace}/{name}"
+    spec = _mapping(obj.get("spec"), "PodGroup", key, "spec")
+    status = _mapping(obj.get("status"), "PodGroup", key, "status")
+    min_member = spec.get("minMember", 1)
+    if not isinstance(min_member, int) or min_member < 0:
+        raise ConversionError("PodGroup", key, f"spec.minMember: expected a non-negative integer, got {min_member!r}")
+    min_resources_raw = spec.get("minResources")
+    return JobInfo(
+        uid=key,
+        namespace=namespace,
+        name=name,
+        queue=str(spec.get("queue") or DEFAULT_QUEUE),
+        min_available=min_member,
+        priority_class_name=str(spec.get("priorityClassName") or ""),
+        creation_timestamp=parse_timestamp(metadata.get("creationTimestamp")),
+        has_pod_group=True,
+        pod_group_phase=str(status.get("phase") or "Pending"),
+        min_resources=_resources(min_resources_raw, "PodGroup", key, "spec.minResources")
+        if min_resources_raw
+        else None,
+    )
+
+
+def queue_to_queue_info(obj: Mapping[str, Any]) -> QueueInfo:
+    _, name, _ = metadata_of(obj, "Queue")
+    spec = _mapping(obj.get("spec"), "Queue", name, "spec")
+    status = _mapping(obj.get("status"), "Queue", name, "status")
+    weight = spec.get("weight", 1)
+    if not isinstance(weight, int) or weight < 0:
+        raise ConversionError("Queue", name, f"spec.weight: expected a non-negative integer, got {weight!r}")
+    return QueueInfo(name=name, weight=weight, state=str(status.get("state") or "Open"))
+
+
+def priority_class_value(obj: Mapping[str, Any]) -> tuple[str, int]:
+    _, name, _ = metadata_of(obj, "PriorityClass")
+    value = obj.get("value", 0)
+    if not isinstance(value, int):
+        raise ConversionError("PriorityClass", name, f"value: expected an integer, got {value!r}")
+    return name, value

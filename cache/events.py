@@ -1,0 +1,32 @@
+"""Watch events as the cache consumes them, from the Kubernetes API or the simulator alike."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+
+class EventType(enum.StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+@attrs.frozen(slots=True)
+class ObjectEvent:
+    kind: str
+    type: EventType
+    obj: Mapping[str, Any]
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    """namespace/name or name, for messages; never raises on a malformed object."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return "<no metadata>"
+    name = str(metadata.get("name") or "<no name>")
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{name}" if namespace else name

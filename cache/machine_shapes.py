@@ -1,0 +1,124 @@
+"""Kubernetes objects (Node + Numatopology) for a machine described in the fixture format of
+tests/fixtures/machines/*.yaml: NUMA nodes, cores, devices and the `nvidia-smi topo -m` matrix.
+
+Used by the bundled example cluster, scenario tests and the benchmark's cluster generator, so that
+all of them see exactly what the exporter would publish for such a machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from numasched.api.idset import IdSet
+from numasched.api.quantity import parse_integer
+from numasched.api.topology import TopologyPolicy, TopologyScope
+from numasched.cache.convert_topology import DEVICE_TOPOLOGY_ANNOTATION, GPU_RESOURCE
+from numasched.cache.device_topology import machine_to_device_topology
+
+
+def machine_cpu_detail(machine: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """cpuDetail as the exporter publishes it: zero fields left out, as Volcano's omitempty does."""
+    detail: dict[str, dict[str, int]] = {}
+    for core in machine.get("cores", []):
+        for cpu in IdSet.parse(str(core["cpus"])):
+            entry = {"numa": int(core["numa"]), "socket": int(core["socket"]), "core": int(core["core"])}
+            entry["l3"] = int(core.get("l3", core["socket"]))
+            detail[str(cpu)] = {key: value for key, value in entry.items() if value != 0}
+    return detail
+
+
+def reserved_cpus_for(machine: Mapping[str, Any], count: int) -> IdSet:
+    """The first `count` CPUs by whole cores of socket 0, as an operator sets reservedSystemCPUs."""
+    chosen: list[int] = []
+    for core in sorted(machine.get("cores", []), key=lambda c: (c["socket"], c["core"])):
+        if len(chosen) >= count:
+            break
+        chosen.extend(IdSet.parse(str(core["cpus"])))
+    return IdSet(chosen[:count])
+
+
+def machine_objects(
+    machine: Mapping[str, Any],
+    node_name: str,
+    *,
+    topology_policy: TopologyPolicy = TopologyPolicy.SINGLE_NUMA_NODE,
+    topology_scope: TopologyScope = TopologyScope.CONTAINER,
+    cpu_manager_policy: str = "static",
+    reserved_cpu_count: int = 2,
+    reserved_memory: str = "4Gi",
+    labels: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Node, Numatopology) for one machine."""
+    all_cpus = IdSet.parse(",".join(str(n["cpus"]) for n in machine["numa_nodes"]))
+    reserved = reserved_cpus_for(machine, reserved_cpu_count)
+    allocatable_cpus = all_cpus - reserved
+    memory_per_numa = {int(n["id"]): parse_integer(str(n["memory"])) for n in machine["numa_nodes"]}
+    reserved_bytes = parse_integer(reserved_memory)
+    devices: Mapping[str, list[Mapping[str, Any]]] = machine.get("devices") or {}
+    capacity: dict[str, Any] = {
+        "cpu": str(len(all_cpus)),
+        "memory": str(sum(memory_per_numa.values())),
+        "pods": "110",
+    }
+    allocatable: dict[str, Any] = {
+        "cpu": str(len(allocatable_cpus)),
+        "memory": str(sum(memory_per_numa.values()) - reserved_bytes),
+        "pods": "110",
+    }
+    for resource, items in devices.items():
+        capacity[resource] = str(len(items))
+        allocatable[resource] = str(len(items))
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node_name,
+            "labels": {
+                "kubernetes.io/hostname": node_name,
+                "numasched.io/machine": str(machine.get("machine", "")),
+                **(labels or {}),
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    numares: dict[str, Any] = {"cpu": {"allocatable": allocatable_cpus.format(), "capacity": len(all_cpus)}}
+    for resource, items in devices.items():
+        numares[resource] = {"allocatable": ",".join(str(d["id"]) for d in items), "capacity": len(items)}
+    distances = machine.get("numa_distances") or []
+    numa_ids = [int(n["id"]) for n in machine["numa_nodes"]]
+    spec: dict[str, Any] = {
+        "policies": {
+            "CPUManagerPolicy": cpu_manager_policy,
+            "TopologyManagerPolicy": topology_policy.value,
+            "TopologyManagerScope": topology_scope.value,
+        },
+        "resReserved": {"cpu": str(len(reserved)), "memory": reserved_memory},
+        "numares": numares,
+        "cpuDetail": machine_cpu_detail(machine),
+        "numaDistances": {
+            str(row_id): {str(col_id): int(value) for col_id, value in zip(numa_ids, row, strict=True)}
+            for row_id, row in zip(numa_ids, distances, strict=True)
+        },
+        "MemoryDetail": {
+            str(numa): {"memoryMap": {"memory": {"total": size, "allocatable": size}}}
+            for numa, size in memory_per_numa.items()
+        },
+    }
+    if GPU_RESOURCE in devices:
+        spec["gpuDetail"] = {str(d["id"]): {"numa": int(d["numa"])} for d in devices[GPU_RESOURCE]}
+    metadata: dict[str, Any] = {"name": node_name}
+    if devices:
+        metadata["annotations"] = {DEVICE_TOPOLOGY_ANNOTATION: machine_to_device_topology(machine)}
+    numatopology = {
+        "apiVersion": "nodeinfo.volcano.sh/v1alpha1",
+        "kind": "Numatopology",
+        "metadata": metadata,
+        "spec": spec,
+    }
+    return node, numatopology

@@ -1,0 +1,69 @@
+"""The `numasched` command: simulate, run (the scheduler) and exporter (the node agent)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from numasched import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="numasched",
+        description="Topology-aware secondary scheduler for Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"numasched {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    from numasched.scheduler.simulate import add_simulate_arguments
+
+    add_simulate_arguments(
+        commands.add_parser(
+            "simulate",
+            help="schedule a cluster described in YAML files, in memory, and print the placements",
+            description="Run the real scheduler on a simulated cluster until nothing more can be placed.",
+        )
+    )
+    from numasched.scheduler.runner import add_run_arguments
+
+    add_run_arguments(
+        commands.add_parser(
+            "run",
+            help="run the scheduler against a Kubernetes cluster",
+            description="Watch the cluster and schedule every pod whose spec.schedulerName is ours.",
+        )
+    )
+    from numasched.exporter.command import add_exporter_arguments
+
+    add_exporter_arguments(
+        commands.add_parser(
+            "exporter",
+            help="run the node agent that discovers and publishes this node's topology",
+            description="Discover NUMA, CPU, memory, GPU and NIC topology and publish a Numatopology object.",
+        )
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    import anyio
+
+    if args.command == "simulate":
+        from numasched.scheduler.simulate import run_simulate
+
+        return anyio.run(run_simulate, args)
+    if args.command == "run":
+        from numasched.scheduler.runner import run_scheduler
+
+        return anyio.run(run_scheduler, args)
+    from numasched.exporter.command import run_exporter
+
+    return anyio.run(run_exporter, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import load_machine
+
+from numasched.api.allocation import ALLOCATION_ANNOTATION, ContainerAllocation, PodAllocation, allocation_to_json
+from numasched.api.idset import IdSet
+from numasched.api.task import QosClass, TaskStatus
+from numasched.api.topology import TopologyPolicy
+from numasched.cache.cache import Cache
+from numasched.cache.convert_pod import ConversionError, pod_to_task
+from numasched.cache.events import EventType, ObjectEvent
+from numasched.cache.machine_shapes import machine_objects
+
+
+def pod(
+    name: str,
+    *,
+    cpu: str | None = "2",
+    memory: str | None = "1Gi",
+    limits: bool = True,
+    node: str = "",
+    scheduler: str = "numasched",
+    annotations: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    if requests:
+        resources["requests"] = requests
+        if limits:
+            resources["limits"] = dict(requests)
+    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [{"name": "main", "resources": resources}]}
+    if node:
+        spec["nodeName"] = node
+    spec.update(extra or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "annotations": annotations or {}},
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def add(cache: Cache, kind: str, obj: dict[str, Any]) -> None:
+    cache.apply(ObjectEvent(kind, EventType.ADDED, obj))
+
+
+def test_qos_classes_and_effective_request_with_init_and_sidecar() -> None:
+    guaranteed = pod_to_task(pod("g"))
+    assert guaranteed.qos is QosClass.GUARANTEED
+    assert pod_to_task(pod("b", limits=False)).qos is QosClass.BURSTABLE
+    assert pod_to_task(pod("be", cpu=None, memory=None)).qos is QosClass.BEST_EFFORT
+    with_init = pod(
+        "init",
+        extra={
+            "initContainers": [
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                {"name": "setup", "resources": {"requests": {"cpu": "4"}}},
+            ]
+        },
+    )
+    task = pod_to_task(with_init)
+    # max(app 2 + sidecar 1, setup 4 + sidecar 1) = 5 CPUs
+    assert task.resreq.milli_cpu == 5000
+    assert [c.name for c in task.containers] == ["sidecar", "setup", "main"]
+    assert task.containers[0].sidecar and not task.containers[1].sidecar
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ({"kind": "Pod", "metadata": {}}, "metadata.name is missing"),
+        (pod("q", cpu="lots"), "spec.containers\\[0\\].resources.requests: resource cpu: invalid quantity"),
+        ({"kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": []}}, "spec.containers is empty"),
+        (pod("p", extra={"priority": "high"}), "spec.priority"),
+    ],
+)
+def test_bad_pods_are_reported_with_their_name(obj: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConversionError, match=message):
+        pod_to_task(obj)
+
+
+def test_a_bad_object_is_reported_and_skipped_the_rest_continue() -> None:
+    problems: list[tuple[str, str, str]] = []
+    cache = Cache(on_problem=lambda kind, name, message: problems.append((kind, name, message)))
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    add(cache, "Node", node)
+    add(cache, "Numatopology", topology)
+    add(cache, "Pod", pod("bad", cpu="2 cores"))
+    add(cache, "Pod", pod("good"))
+    add(cache, "Widget", {"metadata": {"name": "w"}})
+    snapshot = cache.snapshot()
+    assert [task.name for job in snapshot.jobs.values() for task in job.tasks.values()] == ["good"]
+    assert [(kind, name) for kind, name, _ in problems] == [("Pod", "default/bad"), ("Widget", "w")]
+    assert "invalid quantity" in cache.problems[("Pod", "default/bad")]
+    # Fixing the object clears the problem.
+    add(cache, "Pod", pod("bad"))
+    assert ("Pod", "default/bad") not in cache.problems
+
+
+def test_snapshot_accounts_bound_pods_of_any_scheduler_and_rebuilds_the_ledger() -> None:
+    cache = Cache()
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    add(cache, "Node", node)
+    add(cache, "Numatopology", topology)
+    allocation = PodAllocation((ContainerAllocation("main", IdSet.parse("2-3"), devices={"nvidia.com/gpu": ("0",)}),))
+    add(cache, "Pod", pod("ours", node="n1", annotations={ALLOCATION_ANNOTATION: allocation_to_json(allocation)}))
+    add(cache, "Pod", pod("theirs", node="n1", scheduler="default-scheduler", cpu="4"))
+    add(cache, "Pod", pod("pending-theirs", scheduler="default-scheduler"))
+    snapshot = cache.snapshot()
+    n1 = snapshot.nodes["n1"]
+    assert n1.used.milli_cpu == 6000
+    assert n1.idle.milli_cpu == (80 - 2 - 6) * 1000
+    assert n1.numa_usage.cpus.format() == "2-3"
+    assert n1.free_devices("nvidia.com/gpu") == ("1", "2", "3", "4", "5", "6", "7")
+    assert "default/pending-theirs" not in snapshot.jobs
+    # The snapshot is a copy: changing it leaves the cache alone.
+    n1.idle.milli_cpu = 0
+    assert cache.snapshot().nodes["n1"].idle.milli_cpu == 72000
+
+
+def test_node_reported_allocations_override_our_annotation() -> None:
+    cache = Cache()
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    ours = PodAllocation((ContainerAllocation("main", IdSet.parse("2-3")),))
+    topology["spec"]["podAllocations"] = {
+        "default/ours": {"uid": "uid-ours", "containers": {"main": {"cpuset": "4-5"}}}
+    }
+    add(cache, "Node", node)
+    add(cache, "Numatopology", topology)
+    add(cache, "Pod", pod("ours", node="n1", annotations={ALLOCATION_ANNOTATION: allocation_to_json(ours)}))
+    assert cache.snapshot().nodes["n1"].numa_usage.cpus.format() == "4-5"
+
+
+def test_assumed_pods_hold_their_resources_until_confirmed_or_forgotten() -> None:
+    cache = Cache()
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    add(cache, "Node", node)
+    add(cache, "Numatopology", topology)
+    add(cache, "Pod", pod("p"))
+    allocation = PodAllocation((ContainerAllocation("main", IdSet.parse("6-7")),))
+    cache.assume("uid-p", "n1", allocation)
+    snapshot = cache.snapshot()
+    task = snapshot.jobs["default/p"].tasks["uid-p"]
+    assert task.status is TaskStatus.BINDING
+    assert snapshot.nodes["n1"].numa_usage.cpus.format() == "6-7"
+    cache.forget("uid-p")
+    assert cache.snapshot().nodes["n1"].numa_usage.cpus == IdSet()
+    cache.assume("uid-p", "n1", allocation)
+    bound = pod("p", node="n1", annotations={ALLOCATION_ANNOTATION: allocation_to_json(allocation)})
+    cache.apply(ObjectEvent("Pod", EventType.MODIFIED, bound))
+    assert cache.snapshot().jobs["default/p"].tasks["uid-p"].status is TaskStatus.RUNNING
+
+
+def test_a_bad_topology_leaves_the_node_without_numa_awareness() -> None:
+    problems: list[str] = []
+    cache = Cache(on_problem=lambda kind, name, message: problems.append(f"{kind} {name}: {message}"))
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    topology["spec"]["cpuDetail"]["3"] = {"numa": 99}
+    add(cache, "Node", node)
+    add(cache, "Numatopology", topology)
+    snapshot = cache.snapshot()
+    assert snapshot.nodes["n1"].topology is None
+    assert "cpuDetail[3].numa" in snapshot.nodes["n1"].topology_error
+    assert problems and problems[0].startswith("Numatopology n1:")
+
+
+def test_bad_allocation_annotation_keeps_the_pods_resources_accounted() -> None:
+    problems: list[str] = []
+    cache = Cache(on_problem=lambda kind, name, message: problems.append(message))
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    add(cache, "Node", node)
+    add(cache, "Pod", pod("p", node="n1", annotations={ALLOCATION_ANNOTATION: "{oops"}))
+    assert cache.snapshot().nodes["n1"].used.milli_cpu == 2000
+    assert "not tracked" in problems[0]
+
+
+def test_gang_members_wait_for_their_pod_group() -> None:
+    cache = Cache()
+    add(cache, "Pod", pod("w0", annotations={"scheduling.k8s.io/group-name": "train"}))
+    assert "default/train" not in cache.snapshot().jobs
+    assert [t.name for t in cache.tasks_waiting_for_group()] == ["w0"]
+    add(
+        cache,
+        "PodGroup",
+        {"kind": "PodGroup", "metadata": {"name": "train", "namespace": "default"}, "spec": {"minMember": 1}},
+    )
+    job = cache.snapshot().jobs["default/train"]
+    assert job.min_available == 1 and [t.name for t in job.tasks.values()] == ["w0"]
+
+
+def test_numatopology_from_a_machine_converts_losslessly() -> None:
+    from numasched.cache.convert_topology import numatopology_to_topology
+
+    machine = load_machine("dgx-a100")
+    _, obj = machine_objects(machine, "a100", topology_policy=TopologyPolicy.RESTRICTED)
+    topology = numatopology_to_topology(obj)
+    assert topology.numa_ids == tuple(range(8))
+    assert len(topology.cpus) == 256
+    assert topology.cpu_info[128].core == 0 and topology.cpu_info[128].numa == 0
+    assert topology.cpu_info[16].numa == 1 and topology.cpu_info[16].l3 != topology.cpu_info[0].l3
+    assert topology.reserved_cpus.format() == "0,128"
+    assert topology.distance(0, 4) == 32 and topology.distance(0, 1) == 12
+    assert topology.policies.topology_manager_policy is TopologyPolicy.RESTRICTED
+    gpus = topology.devices["nvidia.com/gpu"]
+    assert [(d.id, d.numa) for d in gpus.devices][:3] == [("0", 3), ("1", 3), ("2", 1)]
+    link = topology.link(("nvidia.com/gpu", "0"), ("nvidia.com/gpu", "5"))
+    assert link is not None and link.nvlinks == 12 and link.nvswitch
