@@ -172,7 +172,7 @@ def test_a_bad_topology_leaves_the_node_without_numa_awareness() -> None:
 def test_bad_allocation_annotation_keeps_the_pods_resources_accounted() -> None:
     problems: list[str] = []
     cache = Cache(on_problem=lambda kind, name, message: problems.append(message))
-    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    node, _ = machine_objects(load_machine("dgx1-v100"), "n1")
     add(cache, "Node", node)
     add(cache, "Pod", pod("p", node="n1", annotations={ALLOCATION_ANNOTATION: "{oops"}))
     assert cache.snapshot().nodes["n1"].used.milli_cpu == 2000
