@@ -1,0 +1,257 @@
+"""The kubelet Topology Manager's hint merge, exactly: policies none, best-effort, restricted and
+single-numa-node, the prefer-closest-numa-nodes option and the max-allowable-numa-nodes limit.
+
+A pod is only worth placing where the kubelet will admit it, so this module reproduces the
+kubelet's decision bit for bit (pkg/kubelet/cm/topologymanager, policy*.go and numa_info.go):
+
+* every provider contributes one hint list per resource; a provider with nothing to say, or a
+  resource mapped to None, is "no preference" ([any, preferred]); a resource mapped to [] cannot be
+  satisfied anywhere ([any, not preferred]);
+* every combination (one hint per resource) is merged by AND-ing its affinities, starting from all
+  NUMA nodes (a hint without affinity stands for all of them); the merged hint is preferred only
+  when every hint in it is preferred and all hints that name an affinity name the same one;
+* combinations whose AND is empty are skipped; the best of the rest is chosen by the kubelet's
+  fold (preferred beats non-preferred; among preferred the narrowest, or with
+  prefer-closest-numa-nodes the one with the smallest average NUMA distance among equally wide
+  masks; among non-preferred the one whose width is closest to, without exceeding, the largest
+  of the providers' narrowest widths); with no candidate the result is all NUMA nodes, not
+  preferred;
+* single-numa-node first keeps, per resource, only preferred hints that are "any" or one NUMA
+  node, and reports a result spanning every NUMA node as "any";
+* none admits everything with an empty hint; best-effort admits everything; restricted and
+  single-numa-node admit only a preferred result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import product
+
+import attrs
+
+from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.numamask import NumaMask
+from numasched.api.topology import DEFAULT_MAX_ALLOWABLE_NUMA_NODES, TopologyPolicy
+
+# Distances the kernel reports when the SLIT is missing: local and one hop.
+_LOCAL_DISTANCE = 10
+_REMOTE_DISTANCE = 20
+
+Distances = Mapping[int, Mapping[int, int]]
+
+
+class PolicyError(ValueError):
+    """A policy name or option the kubelet would reject."""
+
+
+def parse_policy(value: str) -> TopologyPolicy:
+    """A TopologyPolicy from its kubelet spelling; PolicyError names the valid values."""
+    try:
+        return TopologyPolicy(value.strip())
+    except ValueError:
+        valid = ", ".join(policy.value for policy in TopologyPolicy)
+        raise PolicyError(f"unknown topology policy {value!r}; valid values: {valid}") from None
+
+
+def check_numa_node_limit(
+    policy: TopologyPolicy, numa_count: int, max_allowable: int = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+) -> str | None:
+    """The kubelet's refusal to run a topology manager on too many NUMA nodes, as a message.
+
+    The kubelet fails to start (and so admits nothing through its topology manager) when a policy
+    other than none is configured on a machine with more NUMA nodes than max-allowable-numa-nodes.
+    Returns None when the node is within the limit.
+    """
+    if policy is TopologyPolicy.NONE or numa_count <= max_allowable:
+        return None
+    return (
+        f"topology manager policy {policy.value} is unsupported on machines with more than "
+        f"{max_allowable} NUMA nodes (this node has {numa_count}; raise the kubelet's "
+        "max-allowable-numa-nodes topology manager policy option)"
+    )
+
+
+def average_distance(mask: NumaMask, distances: Distances | None) -> float:
+    """Mean distance over all ordered pairs of the mask's NUMA nodes, self-pairs included."""
+    ids = mask.ids()
+    if not ids:
+        return 0.0
+    total = 0
+    for first in ids:
+        row = (distances or {}).get(first, {})
+        for second in ids:
+            default = _LOCAL_DISTANCE if first == second else _REMOTE_DISTANCE
+            total += row.get(second, default)
+    return total / (len(ids) * len(ids))
+
+
+def expand_provider_hints(providers_hints: Sequence[ResourceHints | None]) -> list[list[TopologyHint]]:
+    """One hint list per resource, with "no preference" and "impossible" made explicit."""
+    lists: list[list[TopologyHint]] = []
+    for provider_hints in providers_hints:
+        if not provider_hints:
+            lists.append([TopologyHint(None, True)])
+            continue
+        for hints in provider_hints.values():
+            if hints is None:
+                lists.append([TopologyHint(None, True)])
+            elif not hints:
+                lists.append([TopologyHint(None, False)])
+            else:
+                lists.append(list(hints))
+    return lists
+
+
+def filter_single_numa_hints(hint_lists: Sequence[Sequence[TopologyHint]]) -> list[list[TopologyHint]]:
+    """Keep, per resource, the preferred hints that are "any" or exactly one NUMA node."""
+    return [
+        [hint for hint in hints if hint.preferred and (hint.affinity is None or hint.affinity.count() == 1)]
+        for hints in hint_lists
+    ]
+
+
+def merge_combination(default: NumaMask, combination: Iterable[TopologyHint]) -> TopologyHint:
+    """AND of the affinities (None = all NUMA nodes); preferred only if all are preferred and all
+    stated affinities are equal."""
+    merged = default
+    preferred = True
+    first_affinity: NumaMask | None = None
+    for hint in combination:
+        if hint.affinity is not None:
+            merged = merged & hint.affinity
+            if first_affinity is None:
+                first_affinity = hint.affinity
+            elif hint.affinity != first_affinity:
+                preferred = False
+        if not hint.preferred:
+            preferred = False
+    return TopologyHint(merged, preferred)
+
+
+def max_of_min_affinity_counts(hint_lists: Sequence[Sequence[TopologyHint]]) -> int:
+    """The widest of the providers' narrowest stated affinities (kubelet maxOfMinAffinityCounts)."""
+    best = 0
+    for hints in hint_lists:
+        narrowest: NumaMask | None = None
+        for hint in hints:
+            if hint.affinity is None:
+                continue
+            if narrowest is None or hint.affinity.is_narrower_than(narrowest):
+                narrowest = hint.affinity
+        if narrowest is not None:
+            best = max(best, narrowest.count())
+    return best
+
+
+@attrs.frozen(slots=True)
+class HintMerger:
+    """The kubelet's fold over all combinations of hints, keeping the best merged hint."""
+
+    numa_nodes: NumaMask
+    hint_lists: tuple[tuple[TopologyHint, ...], ...]
+    best_non_preferred_count: int
+    prefer_closest: bool = False
+    distances: Distances | None = None
+
+    @classmethod
+    def create(
+        cls,
+        numa_nodes: NumaMask,
+        hint_lists: Sequence[Sequence[TopologyHint]],
+        *,
+        prefer_closest: bool = False,
+        distances: Distances | None = None,
+    ) -> HintMerger:
+        return cls(
+            numa_nodes,
+            tuple(tuple(hints) for hints in hint_lists),
+            max_of_min_affinity_counts(hint_lists),
+            prefer_closest,
+            distances,
+        )
+
+    def fitter_mask(self, current: NumaMask, candidate: NumaMask) -> NumaMask:
+        """Narrowest, or with prefer-closest the closest of two equally wide masks."""
+        if self.prefer_closest and current.count() == candidate.count():
+            current_distance = average_distance(current, self.distances)
+            candidate_distance = average_distance(candidate, self.distances)
+            if current_distance != candidate_distance:
+                return current if current_distance < candidate_distance else candidate
+            return current if current.bits < candidate.bits else candidate
+        return current if current.is_narrower_than(candidate) else candidate
+
+    def compare_masks(self, current: TopologyHint, candidate: TopologyHint) -> TopologyHint:
+        assert current.affinity is not None and candidate.affinity is not None
+        if candidate.affinity == current.affinity:
+            return current
+        best = self.fitter_mask(current.affinity, candidate.affinity)
+        return current if best == current.affinity else candidate
+
+    def compare(self, current: TopologyHint | None, candidate: TopologyHint) -> TopologyHint | None:
+        """The better of the best hint so far and a new merged hint (kubelet HintMerger.compare)."""
+        if candidate.affinity is None or candidate.affinity.count() == 0:
+            return current
+        if current is None:
+            return candidate
+        if current.preferred != candidate.preferred:
+            return current if current.preferred else candidate
+        if current.preferred:
+            return self.compare_masks(current, candidate)
+        assert current.affinity is not None
+        # Both non-preferred: aim for the width of the provider that needs the most NUMA nodes,
+        # never wider; from below, the wider the better.
+        target = self.best_non_preferred_count
+        current_count = current.affinity.count()
+        candidate_count = candidate.affinity.count()
+        if current_count > target:
+            return self.compare_masks(current, candidate)
+        if current_count == target:
+            return self.compare_masks(current, candidate) if candidate_count == target else current
+        if candidate_count > target:
+            return current
+        if candidate_count == target:
+            return candidate
+        if candidate_count != current_count:
+            return candidate if candidate_count > current_count else current
+        return self.compare_masks(current, candidate)
+
+    def combinations(self) -> Iterator[tuple[TopologyHint, ...]]:
+        return product(*self.hint_lists)
+
+    def merge(self) -> TopologyHint:
+        best: TopologyHint | None = None
+        for combination in self.combinations():
+            best = self.compare(best, merge_combination(self.numa_nodes, combination))
+        return best if best is not None else TopologyHint(self.numa_nodes, False)
+
+
+def merge(
+    policy: TopologyPolicy | str,
+    providers_hints: Sequence[ResourceHints | None],
+    numa_nodes: Iterable[int],
+    *,
+    prefer_closest: bool = False,
+    distances: Distances | None = None,
+) -> tuple[TopologyHint, bool]:
+    """The merged best hint and whether the kubelet admits it, for one container or pod.
+
+    providers_hints: one entry per provider (None or {} = no preference at all).
+    prefer_closest: the kubelet's prefer-closest-numa-nodes option (ignored, as by the kubelet,
+    under single-numa-node); distances: NUMA distances as the kernel reports them.
+    """
+    chosen = policy if isinstance(policy, TopologyPolicy) else parse_policy(policy)
+    if chosen is TopologyPolicy.NONE:
+        return TopologyHint(None, False), True
+    default = NumaMask.from_ids(numa_nodes)
+    hint_lists = expand_provider_hints(providers_hints)
+    if chosen is TopologyPolicy.SINGLE_NUMA_NODE:
+        merger = HintMerger.create(default, filter_single_numa_hints(hint_lists))
+        best = merger.merge()
+        if best.affinity == default:
+            best = TopologyHint(None, best.preferred)
+        return best, best.preferred
+    merger = HintMerger.create(default, hint_lists, prefer_closest=prefer_closest, distances=distances)
+    best = merger.merge()
+    if chosen is TopologyPolicy.BEST_EFFORT:
+        return best, True
+    return best, best.preferred
