@@ -1,0 +1,71 @@
+"""Volcano plugins that a volcano-scheduler.conf may name but that numasched does not implement.
+
+They are accepted so an existing configuration loads, and each name is warned about once per
+registry, since a configuration that relies on them is not getting their policy.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.plugin import PluginBuilder
+from numasched.scheduler.session import Session
+
+_log = structlog.get_logger(__name__)
+
+ACCEPTED_NOOP_PLUGINS: tuple[str, ...] = (
+    "capacity",
+    "cdp",
+    "deviceshare",
+    "drf",
+    "extender",
+    "network-topology-aware",
+    "nodegroup",
+    "overcommit",
+    "pdb",
+    "proportion",
+    "rescheduling",
+    "resource-strategy-fit",
+    "resourcequota",
+    "sla",
+    "task-topology",
+    "tdm",
+    "usage",
+)
+
+
+class WarnOnce:
+    """Remembers which names were already warned about; one instance per registry."""
+
+    def __init__(self) -> None:
+        self._warned: set[str] = set()
+
+    def warn(self, name: str) -> bool:
+        if name in self._warned:
+            return False
+        self._warned.add(name)
+        _log.warning(
+            "plugin accepted for compatibility with Volcano but not implemented by numasched; it has no effect",
+            plugin=name,
+        )
+        return True
+
+
+class AcceptedNoopPlugin:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def on_session_open(self, ssn: Session) -> None:
+        return None
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None
+
+
+def noop_builder(name: str, warnings: WarnOnce) -> PluginBuilder:
+    def build(arguments: Arguments) -> AcceptedNoopPlugin:
+        warnings.warn(name)
+        return AcceptedNoopPlugin(name)
+
+    return build

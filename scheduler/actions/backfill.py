@@ -1,0 +1,46 @@
+"""backfill: place best-effort tasks (no CPU or memory request) on the first node whose
+predicates pass; they take no resources, so no scoring and no waiting (Volcano)."""
+
+from __future__ import annotations
+
+from numasched.scheduler.actions.allocate import feasible_nodes
+from numasched.scheduler.actions.enqueue import is_pending
+from numasched.scheduler.session import Session
+from numasched.scheduler.statement import Statement, settle_job
+
+
+class BackfillAction:
+    name = "backfill"
+
+    def execute(self, ssn: Session) -> None:
+        nodes = sorted(ssn.nodes.values(), key=lambda node: node.name)
+        for job in ssn.sorted_jobs(ssn.jobs.values()):
+            best_effort = [task for task in ssn.sorted_tasks(job.pending_tasks()) if task.best_effort]
+            if not best_effort or is_pending(job):
+                continue
+            verdict = ssn.job_valid(job)
+            if verdict is not None:
+                for task in best_effort:
+                    task.fit_error = verdict.message or verdict.reason
+                continue
+            statement = Statement(ssn)
+            for task in best_effort:
+                pre = ssn.pre_predicate(task)
+                if not pre.passed:
+                    task.fit_error = pre.reason or f"rejected by {pre.plugin}"
+                    continue
+                placed = False
+                for node in nodes:
+                    if feasible_nodes(ssn, task, [node], check_resources=False):
+                        statement.allocate(task, node)
+                        placed = True
+                        break
+                if not placed:
+                    task.fit_error = ssn.fit_error_message(task)
+            settle_job(ssn, job, statement)
+            for task in job.pending_tasks():
+                if task.best_effort and not task.fit_error:
+                    task.fit_error = (
+                        f"pod group {job.key} is not ready: "
+                        f"{job.ready_task_num()} of {job.min_available} required tasks placed"
+                    )

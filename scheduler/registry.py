@@ -1,0 +1,210 @@
+"""Plugins, actions and hint providers by name: the built-ins, plus third-party ones published
+as Python entry points (never files imported from a path)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
+
+import structlog
+
+from numasched.plugins import conformance, gang, priority
+from numasched.plugins.accepted_noops import ACCEPTED_NOOP_PLUGINS, WarnOnce, noop_builder
+from numasched.scheduler.actions.allocate import AllocateAction
+from numasched.scheduler.actions.backfill import BackfillAction
+from numasched.scheduler.actions.enqueue import EnqueueAction
+from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.plugin import Action, Plugin, PluginBuilder
+
+_log = structlog.get_logger(__name__)
+
+PLUGIN_GROUP = "numasched.plugins"
+ACTION_GROUP = "numasched.actions"
+HINT_PROVIDER_GROUP = "numasched.hint_providers"
+
+# A hint provider factory; its protocol belongs to the numa-aware plugin, not to the framework.
+HintProviderFactory = Callable[..., object]
+
+
+class UnknownNameError(LookupError):
+    """A plugin, action or hint provider name nothing registered; lists the names that exist."""
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.known = known
+        super().__init__(f"unknown {kind} {name!r}; known {kind}s: {', '.join(known) or '(none)'}")
+
+
+class UnknownPluginError(UnknownNameError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__("plugin", name, known)
+
+
+class UnknownActionError(UnknownNameError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__("action", name, known)
+
+
+class UnknownHintProviderError(UnknownNameError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__("hint provider", name, known)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._plugins: dict[str, PluginBuilder] = {}
+        self._actions: dict[str, Action] = {}
+        self._hint_providers: dict[str, HintProviderFactory] = {}
+        # Accepted-but-unimplemented plugins warn once for the life of this registry.
+        self.noop_warnings = WarnOnce()
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def register_plugin(self, name: str, builder: PluginBuilder, *, replace: bool = False) -> None:
+        if name in self._plugins and not replace:
+            raise ValueError(f"plugin {name!r} is already registered")
+        self._plugins[name] = builder
+
+    def register_action(self, name: str, action: Action, *, replace: bool = False) -> None:
+        if name in self._actions and not replace:
+            raise ValueError(f"action {name!r} is already registered")
+        self._actions[name] = action
+
+    def register_hint_provider(self, name: str, factory: HintProviderFactory, *, replace: bool = False) -> None:
+        if name in self._hint_providers and not replace:
+            raise ValueError(f"hint provider {name!r} is already registered")
+        self._hint_providers[name] = factory
+
+    # -- lookup ----------------------------------------------------------------------------------
+
+    def plugin(self, name: str) -> PluginBuilder:
+        builder = self._plugins.get(name)
+        if builder is None:
+            raise UnknownPluginError(name, self.known_plugin_names())
+        return builder
+
+    def build_plugin(self, name: str, arguments: Arguments | None = None) -> Plugin:
+        return self.plugin(name)(arguments if arguments is not None else Arguments(plugin=name))
+
+    def action(self, name: str) -> Action:
+        action = self._actions.get(name)
+        if action is None:
+            raise UnknownActionError(name, self.known_action_names())
+        return action
+
+    def hint_provider(self, name: str) -> HintProviderFactory:
+        factory = self._hint_providers.get(name)
+        if factory is None:
+            raise UnknownHintProviderError(name, self.known_hint_provider_names())
+        return factory
+
+    def known_plugin_names(self) -> list[str]:
+        return sorted(self._plugins)
+
+    def known_action_names(self) -> list[str]:
+        return sorted(self._actions)
+
+    def known_hint_provider_names(self) -> list[str]:
+        return sorted(self._hint_providers)
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def load_entry_points(self) -> list[str]:
+        """Register what installed distributions publish; returns one message per entry point
+        that could not be used (it is also logged). A name already taken is not replaced."""
+        problems: list[str] = []
+        for group, register in (
+            (PLUGIN_GROUP, self._register_plugin_entry),
+            (ACTION_GROUP, self._register_action_entry),
+            (HINT_PROVIDER_GROUP, self._register_hint_provider_entry),
+        ):
+            for entry in entry_points(group=group):
+                problem = self._load_entry(entry, group, register)
+                if problem:
+                    _log.warning("entry point not loaded", group=group, name=entry.name, problem=problem)
+                    problems.append(problem)
+        return problems
+
+    def _load_entry(self, entry: EntryPoint, group: str, register: Callable[[str, object], str]) -> str:
+        where = f"entry point {entry.name} = {entry.value} in group {group}"
+        try:
+            loaded = entry.load()
+        except Exception as error:  # third-party import: any failure is reported, never fatal
+            return f"{where}: cannot be loaded: {type(error).__name__}: {error}"
+        problem = register(entry.name, loaded)
+        return f"{where}: {problem}" if problem else ""
+
+    def _register_plugin_entry(self, name: str, loaded: object) -> str:
+        if name in self._plugins:
+            return f"plugin {name!r} is already registered"
+        if not callable(loaded):
+            return "a plugin entry point must name a builder: a callable taking the plugin's Arguments"
+        builder: PluginBuilder = loaded
+        self._plugins[name] = builder
+        return ""
+
+    def _register_action_entry(self, name: str, loaded: object) -> str:
+        if name in self._actions:
+            return f"action {name!r} is already registered"
+        action = loaded
+        if isinstance(loaded, type):
+            try:
+                action = loaded()
+            except Exception as error:  # third-party constructor
+                return f"cannot create the action: {type(error).__name__}: {error}"
+        execute = getattr(action, "execute", None)
+        if not callable(execute):
+            return "an action entry point must name an object (or class) with execute(session)"
+        self._actions[name] = _NamedAction(name, execute)
+        return ""
+
+    def _register_hint_provider_entry(self, name: str, loaded: object) -> str:
+        if name in self._hint_providers:
+            return f"hint provider {name!r} is already registered"
+        if not callable(loaded):
+            return "a hint provider entry point must name a factory (a callable)"
+        self._hint_providers[name] = loaded
+        return ""
+
+
+class _NamedAction:
+    """A third-party action under the name its entry point gives it."""
+
+    def __init__(self, name: str, execute: Callable[..., object]) -> None:
+        self.name = name
+        self._execute = execute
+
+    def execute(self, ssn: object) -> None:
+        self._execute(ssn)
+
+
+def _import_build(module: str) -> PluginBuilder:
+    built: PluginBuilder = importlib.import_module(module).build
+    return built
+
+
+def default_registry(*, with_entry_points: bool = False) -> Registry:
+    """Every built-in plugin and action; entry points too when asked."""
+    registry = Registry()
+    registry.register_plugin(priority.PLUGIN_NAME, priority.build)
+    registry.register_plugin(gang.PLUGIN_NAME, gang.build)
+    registry.register_plugin(conformance.PLUGIN_NAME, conformance.build)
+    for name, module in (
+        ("predicates", "numasched.plugins.predicates"),
+        ("nodeorder", "numasched.plugins.nodeorder"),
+        ("binpack", "numasched.plugins.binpack"),
+        ("numa-aware", "numasched.plugins.numaaware.plugin"),
+    ):
+        try:
+            registry.register_plugin(name, _import_build(module))
+        except ImportError as error:
+            _log.warning("built-in plugin not available", plugin=name, error=str(error))
+    for name in ACCEPTED_NOOP_PLUGINS:
+        registry.register_plugin(name, noop_builder(name, registry.noop_warnings))
+    for action in (EnqueueAction(), AllocateAction(), BackfillAction()):
+        registry.register_action(action.name, action)
+    if with_entry_points:
+        registry.load_entry_points()
+    return registry

@@ -1,0 +1,366 @@
+"""One scheduling session: the plugins' extension functions over a snapshot, walked by tier.
+
+Volcano's rules: tiers are walked in order and each plugin's enable* flag gates each point; a
+point a plugin did not register is skipped. How the answers combine differs per point and is
+spelled out on each evaluation method.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import attrs
+import structlog
+
+from numasched.api.job import JobInfo
+from numasched.api.node import NodeInfo
+from numasched.api.snapshot import ClusterSnapshot, QueueInfo
+from numasched.api.task import TaskInfo, TaskStatus
+from numasched.conf.model import SchedulerConfig
+from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.plugin import Plugin
+from numasched.scheduler.status import SUCCESS, Status, ValidateResult, fit_error_summary
+
+if TYPE_CHECKING:
+    from numasched.cache.binder import BindRequest
+    from numasched.scheduler.registry import Registry
+    from numasched.scheduler.statement import Eviction, Statement
+
+_log = structlog.get_logger(__name__)
+
+PredicateFn = Callable[[TaskInfo, NodeInfo], Status]
+PrePredicateFn = Callable[[TaskInfo], Status]
+NodeOrderFn = Callable[[TaskInfo, NodeInfo], float]
+BatchNodeOrderFn = Callable[[TaskInfo, list[NodeInfo]], dict[str, float]]
+BestNodeFn = Callable[[TaskInfo, dict[float, list[NodeInfo]]], NodeInfo | None]
+JobOrderFn = Callable[[JobInfo, JobInfo], int]
+TaskOrderFn = Callable[[TaskInfo, TaskInfo], int]
+JobReadyFn = Callable[[JobInfo], bool]
+# Votes: 1 permits, -1 rejects, 0 abstains.
+JobVoteFn = Callable[[JobInfo], int]
+JobValidFn = Callable[[JobInfo], ValidateResult | None]
+AllocatableFn = Callable[[QueueInfo, TaskInfo], bool]
+# Given the task that wants room and the candidates, the candidates this plugin lets go, and a vote
+# (0 abstains) as in Volcano's preemptable / reclaimable functions.
+EvictableFn = Callable[[TaskInfo, Sequence[TaskInfo]], tuple[list[TaskInfo], int]]
+
+_Fn = TypeVar("_Fn")
+
+PERMIT = 1
+ABSTAIN = 0
+REJECT = -1
+
+# Extension points whose answers have no enable* flag in Volcano.
+_UNGATED = "always"
+
+
+@attrs.frozen(slots=True)
+class Event:
+    task: TaskInfo
+    node: NodeInfo
+
+
+@attrs.frozen(slots=True)
+class EventHandler:
+    allocate: Callable[[Event], None] | None = None
+    deallocate: Callable[[Event], None] | None = None
+
+
+@attrs.frozen(slots=True)
+class JobUpdate:
+    """A PodGroup phase or condition the session wants written back."""
+
+    job: JobInfo
+    phase: str
+    message: str = ""
+
+
+class PluginBuildError(RuntimeError):
+    """A plugin that could not be built from its configuration."""
+
+
+def _compare_by_creation(first: TaskInfo | JobInfo, second: TaskInfo | JobInfo) -> int:
+    if first.creation_timestamp != second.creation_timestamp:
+        return -1 if first.creation_timestamp < second.creation_timestamp else 1
+    if first.uid != second.uid:
+        return -1 if first.uid < second.uid else 1
+    return 0
+
+
+class Session:
+    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, registry: Registry) -> None:
+        self.snapshot = snapshot
+        self.config = config
+        self.registry = registry
+        self.nodes: dict[str, NodeInfo] = snapshot.nodes
+        self.jobs: dict[str, JobInfo] = snapshot.jobs
+        self.queues: dict[str, QueueInfo] = snapshot.queues
+        self.plugins: dict[str, Plugin] = {}
+
+        self._predicate_fns: dict[str, PredicateFn] = {}
+        self._pre_predicate_fns: dict[str, PrePredicateFn] = {}
+        self._node_order_fns: dict[str, NodeOrderFn] = {}
+        self._batch_node_order_fns: dict[str, BatchNodeOrderFn] = {}
+        self._best_node_fns: dict[str, BestNodeFn] = {}
+        self._job_order_fns: dict[str, JobOrderFn] = {}
+        self._task_order_fns: dict[str, TaskOrderFn] = {}
+        self._job_ready_fns: dict[str, JobReadyFn] = {}
+        self._job_pipelined_fns: dict[str, JobVoteFn] = {}
+        self._job_valid_fns: dict[str, JobValidFn] = {}
+        self._job_enqueueable_fns: dict[str, JobVoteFn] = {}
+        self._allocatable_fns: dict[str, AllocatableFn] = {}
+        self._preemptable_fns: dict[str, EvictableFn] = {}
+        self._reclaimable_fns: dict[str, EvictableFn] = {}
+        self.event_handlers: list[EventHandler] = []
+
+        # task uid -> node name -> why the task did not fit there.
+        self.fit_errors: dict[str, dict[str, list[Status]]] = {}
+        self.bind_requests: list[BindRequest] = []
+        self.evictions: list[Eviction] = []
+        # Statements of pipelined jobs: neither bound nor rolled back (Volcano keeps them).
+        self.kept_statements: dict[str, list[Statement]] = {}
+        self.job_updates: dict[str, JobUpdate] = {}
+        self._tiers_cache: dict[str, list[list[str]]] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Build every configured plugin and let it register its functions (tier order)."""
+        for task in self.pending_tasks():
+            task.fit_error = ""
+        for tier in self.config.tiers:
+            for option in tier.plugins:
+                if option.name in self.plugins:
+                    _log.warning("plugin configured twice, the first one is used", plugin=option.name)
+                    continue
+                builder = self.registry.plugin(option.name)
+                try:
+                    plugin = builder(Arguments(option.arguments, plugin=option.name))
+                except (TypeError, ValueError, KeyError) as error:
+                    raise PluginBuildError(f"plugin {option.name}: cannot be built: {error}") from error
+                self.plugins[option.name] = plugin
+                plugin.on_session_open(self)
+
+    def close(self) -> None:
+        for plugin in self.plugins.values():
+            plugin.on_session_close(self)
+
+    def pending_tasks(self) -> list[TaskInfo]:
+        return [task for job in self.jobs.values() for task in job.tasks.values() if task.status is TaskStatus.PENDING]
+
+    # -- tiers -----------------------------------------------------------------------------------
+
+    def _tiers(self, point: str) -> list[list[str]]:
+        """Plugin names per tier whose flag for `point` is on."""
+        cached = self._tiers_cache.get(point)
+        if cached is None:
+            cached = [
+                [option.name for option in tier.plugins if point == _UNGATED or option.is_enabled(point)]
+                for tier in self.config.tiers
+            ]
+            self._tiers_cache[point] = cached
+        return cached
+
+    def _in_order(self, point: str, fns: dict[str, _Fn]) -> Iterable[tuple[str, _Fn]]:
+        for names in self._tiers(point):
+            for name in names:
+                fn = fns.get(name)
+                if fn is not None:
+                    yield name, fn
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def add_predicate_fn(self, name: str, fn: PredicateFn) -> None:
+        self._predicate_fns[name] = fn
+
+    def add_pre_predicate_fn(self, name: str, fn: PrePredicateFn) -> None:
+        self._pre_predicate_fns[name] = fn
+
+    def add_node_order_fn(self, name: str, fn: NodeOrderFn) -> None:
+        self._node_order_fns[name] = fn
+
+    def add_batch_node_order_fn(self, name: str, fn: BatchNodeOrderFn) -> None:
+        self._batch_node_order_fns[name] = fn
+
+    def add_best_node_fn(self, name: str, fn: BestNodeFn) -> None:
+        self._best_node_fns[name] = fn
+
+    def add_job_order_fn(self, name: str, fn: JobOrderFn) -> None:
+        self._job_order_fns[name] = fn
+
+    def add_task_order_fn(self, name: str, fn: TaskOrderFn) -> None:
+        self._task_order_fns[name] = fn
+
+    def add_job_ready_fn(self, name: str, fn: JobReadyFn) -> None:
+        self._job_ready_fns[name] = fn
+
+    def add_job_pipelined_fn(self, name: str, fn: JobVoteFn) -> None:
+        self._job_pipelined_fns[name] = fn
+
+    def add_job_valid_fn(self, name: str, fn: JobValidFn) -> None:
+        self._job_valid_fns[name] = fn
+
+    def add_job_enqueueable_fn(self, name: str, fn: JobVoteFn) -> None:
+        self._job_enqueueable_fns[name] = fn
+
+    def add_allocatable_fn(self, name: str, fn: AllocatableFn) -> None:
+        self._allocatable_fns[name] = fn
+
+    def add_preemptable_fn(self, name: str, fn: EvictableFn) -> None:
+        self._preemptable_fns[name] = fn
+
+    def add_reclaimable_fn(self, name: str, fn: EvictableFn) -> None:
+        self._reclaimable_fns[name] = fn
+
+    def add_event_handler(self, handler: EventHandler) -> None:
+        self.event_handlers.append(handler)
+
+    # -- evaluation ------------------------------------------------------------------------------
+
+    def pre_predicate(self, task: TaskInfo) -> Status:
+        """AND over the plugins (gated by the predicate flag); the first failure is returned."""
+        for name, fn in self._in_order("predicate", self._pre_predicate_fns):
+            status = fn(task)
+            if not status.passed:
+                return status if status.plugin else attrs.evolve(status, plugin=name)
+        return SUCCESS
+
+    def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
+        """AND over the plugins; the first failure is returned, named by its plugin."""
+        for name, fn in self._in_order("predicate", self._predicate_fns):
+            status = fn(task, node)
+            if not status.passed:
+                return status if status.plugin else attrs.evolve(status, plugin=name)
+        return SUCCESS
+
+    def node_order(self, task: TaskInfo, node: NodeInfo) -> float:
+        """The sum of the plugins' scores."""
+        return sum((fn(task, node) for _, fn in self._in_order("nodeOrder", self._node_order_fns)), 0.0)
+
+    def batch_node_order(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+        """Per node, the sum of the plugins' batch scores."""
+        totals: dict[str, float] = {}
+        for _, fn in self._in_order("nodeOrder", self._batch_node_order_fns):
+            for node_name, score in fn(task, nodes).items():
+                totals[node_name] = totals.get(node_name, 0.0) + score
+        return totals
+
+    def best_node(self, task: TaskInfo, scores: dict[float, list[NodeInfo]]) -> NodeInfo | None:
+        """The first plugin, in tier order, that names a node decides."""
+        for _, fn in self._in_order("bestNode", self._best_node_fns):
+            node = fn(task, scores)
+            if node is not None:
+                return node
+        return None
+
+    def job_order(self, first: JobInfo, second: JobInfo) -> int:
+        """<0 when `first` goes first. The first plugin with an opinion decides; then creation
+        time, then uid."""
+        for _, fn in self._in_order("jobOrder", self._job_order_fns):
+            verdict = fn(first, second)
+            if verdict != 0:
+                return verdict
+        return _compare_by_creation(first, second)
+
+    def task_order(self, first: TaskInfo, second: TaskInfo) -> int:
+        for _, fn in self._in_order("taskOrder", self._task_order_fns):
+            verdict = fn(first, second)
+            if verdict != 0:
+                return verdict
+        return _compare_by_creation(first, second)
+
+    def sorted_jobs(self, jobs: Iterable[JobInfo]) -> list[JobInfo]:
+        return sorted(jobs, key=functools.cmp_to_key(self.job_order))
+
+    def sorted_tasks(self, tasks: Iterable[TaskInfo]) -> list[TaskInfo]:
+        return sorted(tasks, key=functools.cmp_to_key(self.task_order))
+
+    def job_ready(self, job: JobInfo) -> bool:
+        """Every plugin must agree; with none, a job is ready."""
+        return all(fn(job) for _, fn in self._in_order("jobReady", self._job_ready_fns))
+
+    def _vote(self, point: str, fns: dict[str, JobVoteFn], job: JobInfo) -> bool:
+        """Volcano's tiered vote: a reject anywhere in a tier loses; a permit in a tier with no
+        reject wins; a tier of abstentions passes to the next; all abstain -> yes."""
+        for names in self._tiers(point):
+            permitted = False
+            for name in names:
+                fn = fns.get(name)
+                if fn is None:
+                    continue
+                vote = fn(job)
+                if vote < 0:
+                    return False
+                if vote > 0:
+                    permitted = True
+            if permitted:
+                return True
+        return True
+
+    def job_pipelined(self, job: JobInfo) -> bool:
+        return self._vote("jobPipelined", self._job_pipelined_fns, job)
+
+    def job_enqueueable(self, job: JobInfo) -> bool:
+        return self._vote("jobEnqueued", self._job_enqueueable_fns, job)
+
+    def job_valid(self, job: JobInfo) -> ValidateResult | None:
+        """The first failing result, or None when every plugin passes the job."""
+        for _, fn in self._in_order(_UNGATED, self._job_valid_fns):
+            result = fn(job)
+            if result is not None and not result.passed:
+                return result
+        return None
+
+    def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        return all(fn(queue, task) for _, fn in self._in_order("allocatable", self._allocatable_fns))
+
+    def _evictable(
+        self, point: str, fns: dict[str, EvictableFn], evictor: TaskInfo, evictees: Sequence[TaskInfo]
+    ) -> list[TaskInfo]:
+        """Volcano's victim selection: within a tier the plugins' victims intersect; the first tier
+        where a plugin voted decides. An empty answer is a veto that ends the walk: newer Volcano
+        lets a later tier decide again, which would let a lower tier pick the very pods that
+        conformance protects."""
+        for names in self._tiers(point):
+            victims: list[TaskInfo] | None = None
+            for name in names:
+                fn = fns.get(name)
+                if fn is None:
+                    continue
+                candidates, vote = fn(evictor, evictees)
+                if vote == 0:
+                    continue
+                if not candidates:
+                    victims = []
+                    break
+                if victims is None:
+                    victims = list(candidates)
+                else:
+                    allowed = {task.uid for task in candidates}
+                    victims = [task for task in victims if task.uid in allowed]
+            if victims is not None:
+                return victims
+        return []
+
+    def preemptable(self, evictor: TaskInfo, evictees: Sequence[TaskInfo]) -> list[TaskInfo]:
+        return self._evictable("preemptable", self._preemptable_fns, evictor, evictees)
+
+    def reclaimable(self, evictor: TaskInfo, evictees: Sequence[TaskInfo]) -> list[TaskInfo]:
+        return self._evictable("reclaimable", self._reclaimable_fns, evictor, evictees)
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+
+    def record_fit_error(self, task: TaskInfo, node_name: str, status: Status) -> None:
+        self.fit_errors.setdefault(task.uid, {}).setdefault(node_name, []).append(status)
+
+    def fit_error_message(self, task: TaskInfo) -> str:
+        return fit_error_summary(len(self.nodes), self.fit_errors.get(task.uid, {}))
+
+    def queue_of(self, job: JobInfo) -> QueueInfo:
+        """The job's queue; a queue with no Queue object is an open one of that name."""
+        return self.queues.get(job.queue) or QueueInfo(job.queue)
+
+    def set_job_status(self, job: JobInfo, phase: str, message: str = "") -> None:
+        self.job_updates[job.uid] = JobUpdate(job, phase, message)

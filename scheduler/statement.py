@@ -1,0 +1,158 @@
+"""A statement: a job's allocate / pipeline / evict operations, kept in the session's memory until
+they are committed (bound) or discarded (rolled back) together, as Volcano's Statement."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+import structlog
+
+from numasched.api.job import JobInfo
+from numasched.api.node import NodeInfo
+from numasched.api.task import TaskInfo, TaskStatus
+from numasched.cache.binder import BindRequest, binding_annotations
+from numasched.scheduler.session import Event, Session
+
+__all__ = ["BindRequest", "Eviction", "JobOutcome", "Statement", "settle_job"]
+
+_log = structlog.get_logger(__name__)
+
+
+class _Kind(enum.Enum):
+    ALLOCATE = "allocate"
+    PIPELINE = "pipeline"
+    EVICT = "evict"
+
+
+@attrs.frozen(slots=True)
+class Eviction:
+    task: TaskInfo
+    node_name: str
+    reason: str
+
+
+@attrs.frozen(slots=True)
+class _Operation:
+    kind: _Kind
+    task: TaskInfo
+    node: NodeInfo
+    # For an eviction: the status to restore on discard.
+    previous_status: TaskStatus = TaskStatus.PENDING
+    reason: str = ""
+
+
+class Statement:
+    def __init__(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self._operations: list[_Operation] = []
+
+    def __len__(self) -> int:
+        return len(self._operations)
+
+    def _fire_allocate(self, task: TaskInfo, node: NodeInfo) -> None:
+        for handler in self.ssn.event_handlers:
+            if handler.allocate is not None:
+                handler.allocate(Event(task, node))
+
+    def _fire_deallocate(self, task: TaskInfo, node: NodeInfo) -> None:
+        for handler in self.ssn.event_handlers:
+            if handler.deallocate is not None:
+                handler.deallocate(Event(task, node))
+
+    def _place(self, task: TaskInfo, node: NodeInfo, status: TaskStatus, kind: _Kind) -> None:
+        if task.status is not TaskStatus.PENDING:
+            raise ValueError(f"task {task.key} is {task.status.value}, only a pending task can be placed")
+        task.status = status
+        task.node_name = node.name
+        accounted = task.allocation
+        node.add_task(task)
+        job = self.ssn.jobs.get(task.job_id)
+        if job is not None:
+            job.add_task(task)
+        self._operations.append(_Operation(kind, task, node))
+        # Handlers run after the node holds the task (as in Volcano); the numa-aware plugin decides
+        # task.allocation there, and the node's NUMA ledger must then hold that decision.
+        self._fire_allocate(task, node)
+        if task.allocation is not accounted:
+            if accounted is not None:
+                node.numa_usage.remove(accounted)
+            if task.allocation is not None:
+                node.numa_usage.add(task.allocation)
+
+    def allocate(self, task: TaskInfo, node: NodeInfo) -> None:
+        """Place a pending task on a node whose idle resources hold it. Predicates are not re-run:
+        the caller has already checked them."""
+        self._place(task, node, TaskStatus.ALLOCATED, _Kind.ALLOCATE)
+
+    def pipeline(self, task: TaskInfo, node: NodeInfo) -> None:
+        """Place a pending task on a node that will hold it once releasing tasks are gone."""
+        self._place(task, node, TaskStatus.PIPELINED, _Kind.PIPELINE)
+
+    def evict(self, task: TaskInfo, reason: str) -> None:
+        node = self.ssn.nodes.get(task.node_name)
+        if node is None or task.uid not in node.tasks:
+            raise ValueError(f"task {task.key} is not on a node of this session, it cannot be evicted")
+        previous = task.status
+        # remove_task reads the stored status, so it must go before the status changes.
+        node.remove_task(task)
+        task.status = TaskStatus.RELEASING
+        node.add_task(task)
+        self._operations.append(_Operation(_Kind.EVICT, task, node, previous, reason))
+        self._fire_deallocate(task, node)
+
+    def _undo(self, operation: _Operation) -> None:
+        task, node = operation.task, operation.node
+        if operation.kind is _Kind.EVICT:
+            node.remove_task(task)
+            task.status = operation.previous_status
+            node.add_task(task)
+            self._fire_allocate(task, node)
+            return
+        node.remove_task(task)
+        self._fire_deallocate(task, node)
+        task.status = TaskStatus.PENDING
+        task.node_name = ""
+        task.allocation = None
+
+    def discard(self) -> None:
+        """Roll back every operation, the last one first."""
+        while self._operations:
+            self._undo(self._operations.pop())
+
+    def commit(self) -> list[BindRequest]:
+        """Bind requests for the allocated tasks (now Binding); evictions are recorded on the
+        session; pipelined tasks stay pipelined in the session."""
+        requests: list[BindRequest] = []
+        for operation in self._operations:
+            task, node = operation.task, operation.node
+            if operation.kind is _Kind.ALLOCATE:
+                requests.append(BindRequest(task, node.name, binding_annotations(task, node)))
+                task.status = TaskStatus.BINDING
+            elif operation.kind is _Kind.EVICT:
+                self.ssn.evictions.append(Eviction(task, node.name, operation.reason))
+        self._operations.clear()
+        return requests
+
+
+class JobOutcome(enum.Enum):
+    COMMITTED = "committed"
+    KEPT = "kept"
+    DISCARDED = "discarded"
+
+
+def settle_job(ssn: Session, job: JobInfo, statement: Statement) -> JobOutcome:
+    """Volcano's end of a job's turn: bind when the job is ready (together with what earlier turns
+    kept for it), keep the placements in the session when it is pipelined, else roll back."""
+    if ssn.job_ready(job):
+        for kept in ssn.kept_statements.pop(job.uid, []):
+            ssn.bind_requests.extend(kept.commit())
+        ssn.bind_requests.extend(statement.commit())
+        return JobOutcome.COMMITTED
+    if ssn.job_pipelined(job):
+        if len(statement):
+            ssn.kept_statements.setdefault(job.uid, []).append(statement)
+        return JobOutcome.KEPT
+    _log.debug("job not ready, placements rolled back", job=job.key, operations=len(statement))
+    statement.discard()
+    return JobOutcome.DISCARDED
