@@ -1,0 +1,456 @@
+"""The numasched.io/device-topology annotation: devices, their links and allowed partitions.
+
+The node exporter publishes it (JSON) in the metadata.annotations of a node's Numatopology object;
+the cache reads it into the DeviceGroup and DeviceLink parts of NumaTopology. A node whose
+annotation does not validate keeps NUMA-only device choice: the caller reports the
+DeviceTopologyError message, which names the node and the offending entry.
+
+Schema (version 1):
+
+    {"version": 1,
+     "devices": {"<resource>": [{"id": "0", "numa": 0, "pciBusId": "0000:07:00.0",
+                                 "pciSwitch": "plx0", "model": "...", "healthy": true}, ...]},
+     "links": [{"a": ["<resource>", "<id>"], "b": ["<resource>", "<id>"],
+                "nvlinks": 2, "nvswitch": false, "pcie": "PIX"}, ...],
+     "partitions": {"<resource>": [["0", "1", "2", "3"], ["4", "5", "6", "7"]]}}
+
+machine_to_device_topology builds the same text from a machine fixture (tests/fixtures/machines),
+reading its `nvidia-smi topo -m` matrix, so simulated clusters carry real-looking annotations.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from numasched.api.topology import DeviceGroup, DeviceInfo, DeviceKey, DeviceLink, PcieDistance, link_key
+
+DEVICE_TOPOLOGY_ANNOTATION = "numasched.io/device-topology"
+DEVICE_TOPOLOGY_VERSION = 1
+
+DeviceLinks = dict[tuple[DeviceKey, DeviceKey], DeviceLink]
+
+# Fewest GPUs for which "every pair has the same NVLink count" means a switch fabric rather than
+# a small direct mesh that happens to be uniform (two or three GPUs are always pairwise joined).
+NVSWITCH_MIN_GPUS = 4
+
+_DEVICE_FIELDS = frozenset({"id", "numa", "pciBusId", "pciSwitch", "model", "healthy"})
+_LINK_FIELDS = frozenset({"a", "b", "nvlinks", "nvswitch", "pcie"})
+_TOP_FIELDS = frozenset({"version", "devices", "links", "partitions"})
+
+
+class DeviceTopologyError(ValueError):
+    """A device topology annotation (or machine fixture) that cannot be used."""
+
+
+def parse_device_topology(text: str, node_name: str) -> tuple[dict[str, DeviceGroup], DeviceLinks]:
+    """Read the annotation into device groups per resource and links per unordered pair.
+
+    Raises DeviceTopologyError naming the node and the entry at fault.
+    """
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DeviceTopologyError(f"node {node_name}: {DEVICE_TOPOLOGY_ANNOTATION} is not JSON: {error}") from None
+    return device_topology_from_document(document, node_name)
+
+
+def device_topology_from_document(document: Any, node_name: str) -> tuple[dict[str, DeviceGroup], DeviceLinks]:
+    """Like parse_device_topology for an already decoded JSON document."""
+    where = f"node {node_name}: {DEVICE_TOPOLOGY_ANNOTATION}"
+    if not isinstance(document, Mapping):
+        raise DeviceTopologyError(f"{where}: expected a JSON object, got {type(document).__name__}")
+    unknown = sorted(set(document) - _TOP_FIELDS)
+    if unknown:
+        raise DeviceTopologyError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}")
+    version = document.get("version")
+    if version != DEVICE_TOPOLOGY_VERSION:
+        raise DeviceTopologyError(
+            f"{where}: unsupported version {version!r} (this scheduler reads version {DEVICE_TOPOLOGY_VERSION})"
+        )
+    devices_by_resource = _parse_devices(document.get("devices", {}), where)
+    links = _parse_links(document.get("links", []), devices_by_resource, where)
+    partitions = _parse_partitions(document.get("partitions", {}), devices_by_resource, where)
+    groups = {
+        resource: DeviceGroup(resource=resource, devices=devices, partitions=partitions.get(resource, ()))
+        for resource, devices in devices_by_resource.items()
+    }
+    return groups, links
+
+
+def _parse_devices(raw: Any, where: str) -> dict[str, tuple[DeviceInfo, ...]]:
+    if not isinstance(raw, Mapping):
+        raise DeviceTopologyError(f"{where}: devices must be an object of resource name -> list of devices")
+    result: dict[str, tuple[DeviceInfo, ...]] = {}
+    for resource, entries in raw.items():
+        if not isinstance(resource, str) or not resource:
+            raise DeviceTopologyError(f"{where}: devices: resource names must be non-empty strings")
+        if not isinstance(entries, list):
+            raise DeviceTopologyError(f"{where}: devices[{resource}] must be a list")
+        seen: set[str] = set()
+        parsed: list[DeviceInfo] = []
+        for index, entry in enumerate(entries):
+            device = _parse_device(entry, f"{where}: devices[{resource}][{index}]")
+            if device.id in seen:
+                raise DeviceTopologyError(f"{where}: devices[{resource}]: device id {device.id!r} appears twice")
+            seen.add(device.id)
+            parsed.append(device)
+        result[resource] = tuple(parsed)
+    return result
+
+
+def _parse_device(entry: Any, where: str) -> DeviceInfo:
+    if not isinstance(entry, Mapping):
+        raise DeviceTopologyError(f"{where}: expected an object")
+    unknown = sorted(set(entry) - _DEVICE_FIELDS)
+    if unknown:
+        raise DeviceTopologyError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}")
+    device_id = entry.get("id")
+    if not isinstance(device_id, str) or not device_id:
+        raise DeviceTopologyError(f"{where}: id must be a non-empty string, got {device_id!r}")
+    numa = entry.get("numa")
+    if numa is not None and (isinstance(numa, bool) or not isinstance(numa, int) or numa < 0):
+        raise DeviceTopologyError(f"{where} (device {device_id}): numa must be a NUMA id >= 0 or null, got {numa!r}")
+    healthy = entry.get("healthy", True)
+    if not isinstance(healthy, bool):
+        raise DeviceTopologyError(f"{where} (device {device_id}): healthy must be true or false, got {healthy!r}")
+    return DeviceInfo(
+        id=device_id,
+        numa=numa,
+        pci_bus_id=_optional_text(entry, "pciBusId", f"{where} (device {device_id})"),
+        pci_switch=_optional_text(entry, "pciSwitch", f"{where} (device {device_id})"),
+        model=_optional_text(entry, "model", f"{where} (device {device_id})"),
+        healthy=healthy,
+    )
+
+
+def _optional_text(entry: Mapping[str, Any], field: str, where: str) -> str | None:
+    value = entry.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise DeviceTopologyError(f"{where}: {field} must be a string, got {value!r}")
+    return value
+
+
+def _parse_links(raw: Any, devices: Mapping[str, tuple[DeviceInfo, ...]], where: str) -> DeviceLinks:
+    if not isinstance(raw, list):
+        raise DeviceTopologyError(f"{where}: links must be a list")
+    known = {(resource, device.id) for resource, group in devices.items() for device in group}
+    links: DeviceLinks = {}
+    for index, entry in enumerate(raw):
+        here = f"{where}: links[{index}]"
+        if not isinstance(entry, Mapping):
+            raise DeviceTopologyError(f"{here}: expected an object")
+        unknown = sorted(set(entry) - _LINK_FIELDS)
+        if unknown:
+            raise DeviceTopologyError(f"{here}: unknown field(s) {', '.join(map(str, unknown))}")
+        first = _parse_endpoint(entry.get("a"), f"{here}.a", known)
+        second = _parse_endpoint(entry.get("b"), f"{here}.b", known)
+        if first == second:
+            raise DeviceTopologyError(f"{here}: links device {first[0]}/{first[1]} to itself")
+        link = _parse_link_values(entry, f"{here} ({first[0]}/{first[1]} - {second[0]}/{second[1]})")
+        key = link_key(first, second)
+        previous = links.get(key)
+        if previous is not None and previous != link:
+            raise DeviceTopologyError(
+                f"{here}: the pair {first[0]}/{first[1]} - {second[0]}/{second[1]} is given twice with different "
+                f"values ({_describe_link(previous)} and {_describe_link(link)}): links must be symmetric"
+            )
+        links[key] = link
+    return links
+
+
+def _parse_endpoint(raw: Any, where: str, known: set[DeviceKey]) -> DeviceKey:
+    if not isinstance(raw, list) or len(raw) != 2 or not all(isinstance(part, str) and part for part in raw):
+        raise DeviceTopologyError(f"{where}: expected [resource, device id], got {raw!r}")
+    key = (raw[0], raw[1])
+    if key not in known:
+        raise DeviceTopologyError(f"{where}: device {key[0]}/{key[1]} does not exist in devices")
+    return key
+
+
+def _parse_link_values(entry: Mapping[str, Any], where: str) -> DeviceLink:
+    nvlinks = entry.get("nvlinks", 0)
+    if isinstance(nvlinks, bool) or not isinstance(nvlinks, int):
+        raise DeviceTopologyError(f"{where}: nvlinks must be an integer, got {nvlinks!r}")
+    if nvlinks < 0:
+        raise DeviceTopologyError(f"{where}: nvlinks must not be negative, got {nvlinks}")
+    nvswitch = entry.get("nvswitch", False)
+    if not isinstance(nvswitch, bool):
+        raise DeviceTopologyError(f"{where}: nvswitch must be true or false, got {nvswitch!r}")
+    pcie_raw = entry.get("pcie")
+    pcie: PcieDistance | None = None
+    if pcie_raw is not None:
+        if not isinstance(pcie_raw, str) or pcie_raw not in PcieDistance.__members__:
+            names = ", ".join(PcieDistance.__members__)
+            raise DeviceTopologyError(f"{where}: pcie must be one of {names} or null, got {pcie_raw!r}")
+        pcie = PcieDistance[pcie_raw]
+    return DeviceLink(nvlinks=nvlinks, nvswitch=nvswitch, pcie=pcie)
+
+
+def _describe_link(link: DeviceLink) -> str:
+    pcie = link.pcie.name if link.pcie is not None else "-"
+    return f"nvlinks={link.nvlinks} nvswitch={str(link.nvswitch).lower()} pcie={pcie}"
+
+
+def _parse_partitions(
+    raw: Any, devices: Mapping[str, tuple[DeviceInfo, ...]], where: str
+) -> dict[str, tuple[frozenset[str], ...]]:
+    if not isinstance(raw, Mapping):
+        raise DeviceTopologyError(f"{where}: partitions must be an object of resource name -> list of id lists")
+    result: dict[str, tuple[frozenset[str], ...]] = {}
+    for resource, sets in raw.items():
+        if resource not in devices:
+            raise DeviceTopologyError(f"{where}: partitions[{resource}]: resource {resource} has no devices")
+        if not isinstance(sets, list):
+            raise DeviceTopologyError(f"{where}: partitions[{resource}] must be a list of id lists")
+        ids = {device.id for device in devices[resource]}
+        parsed: list[frozenset[str]] = []
+        for index, members in enumerate(sets):
+            here = f"{where}: partitions[{resource}][{index}]"
+            if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+                raise DeviceTopologyError(f"{here}: expected a non-empty list of device ids, got {members!r}")
+            missing = sorted(set(members) - ids)
+            if missing:
+                raise DeviceTopologyError(f"{here}: device(s) {', '.join(missing)} of {resource} do not exist")
+            parsed.append(frozenset(members))
+        result[resource] = tuple(parsed)
+    return result
+
+
+def device_topology_document(
+    groups: Mapping[str, DeviceGroup], links: Mapping[tuple[DeviceKey, DeviceKey], DeviceLink]
+) -> dict[str, Any]:
+    """The JSON document of the annotation (see format_device_topology)."""
+    devices: dict[str, list[dict[str, Any]]] = {}
+    for resource in sorted(groups):
+        devices[resource] = [_device_document(device) for device in groups[resource].devices]
+    link_documents = []
+    for (first, second), link in sorted(links.items()):
+        entry: dict[str, Any] = {
+            "a": list(first),
+            "b": list(second),
+            "nvlinks": link.nvlinks,
+            "nvswitch": link.nvswitch,
+        }
+        if link.pcie is not None:
+            entry["pcie"] = link.pcie.name
+        link_documents.append(entry)
+    document: dict[str, Any] = {"version": DEVICE_TOPOLOGY_VERSION, "devices": devices, "links": link_documents}
+    partitions = {
+        resource: [_ordered_ids(groups[resource], members) for members in groups[resource].partitions]
+        for resource in sorted(groups)
+        if groups[resource].partitions
+    }
+    if partitions:
+        document["partitions"] = partitions
+    return document
+
+
+def format_device_topology(
+    groups: Mapping[str, DeviceGroup],
+    links: Mapping[tuple[DeviceKey, DeviceKey], DeviceLink],
+    *,
+    indent: int | None = None,
+) -> str:
+    """The annotation text: stable order, compact unless indent is given."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(device_topology_document(groups, links), indent=indent, separators=separators)
+
+
+def _device_document(device: DeviceInfo) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": device.id, "numa": device.numa}
+    if device.pci_bus_id is not None:
+        entry["pciBusId"] = device.pci_bus_id
+    if device.pci_switch is not None:
+        entry["pciSwitch"] = device.pci_switch
+    if device.model is not None:
+        entry["model"] = device.model
+    entry["healthy"] = device.healthy
+    return entry
+
+
+def _ordered_ids(group: DeviceGroup, members: frozenset[str]) -> list[str]:
+    order = {device.id: index for index, device in enumerate(group.devices)}
+    return sorted(members, key=lambda device_id: (order.get(device_id, len(order)), device_id))
+
+
+# --- machine fixtures -------------------------------------------------------------------------
+
+_MATRIX_LABEL = re.compile(r"^(GPU|NIC)(\d+)$")
+_NVLINK_CELL = re.compile(r"^NV(\d+)$")
+
+
+def machine_to_device_topology(machine: Mapping[str, Any]) -> str:
+    """The annotation for a machine fixture mapping (its devices and nvidia_smi_topo_m matrix)."""
+    groups, links = machine_device_topology(machine)
+    return format_device_topology(groups, links)
+
+
+def machine_device_topology(machine: Mapping[str, Any]) -> tuple[dict[str, DeviceGroup], DeviceLinks]:
+    """Device groups and links of a machine fixture mapping.
+
+    GPU rows of the matrix are the devices of the GPU resource in listed order, NIC rows those of
+    the other resource (the NICs). "NV#" cells carry # NVLinks; their PCIe path, which nvidia-smi
+    does not print, is derived: the same pciSwitch is PIX, the same NUMA node NODE, else SYS.
+    """
+    name = str(machine.get("machine", "<unnamed machine>"))
+    where = f"machine {name}"
+    raw_devices = machine.get("devices", {})
+    if not isinstance(raw_devices, Mapping):
+        raise DeviceTopologyError(f"{where}: devices must be a mapping of resource name -> list")
+    devices: dict[str, tuple[DeviceInfo, ...]] = {}
+    for resource, entries in raw_devices.items():
+        if not isinstance(entries, list):
+            raise DeviceTopologyError(f"{where}: devices[{resource}] must be a list")
+        devices[str(resource)] = tuple(
+            _fixture_device(entry, f"{where}: devices[{resource}][{index}]") for index, entry in enumerate(entries)
+        )
+    links: DeviceLinks = {}
+    matrix_text = machine.get("nvidia_smi_topo_m")
+    if matrix_text is not None:
+        if not isinstance(matrix_text, str):
+            raise DeviceTopologyError(f"{where}: nvidia_smi_topo_m must be text")
+        labels, cells = parse_topo_matrix(matrix_text, where)
+        keys = _matrix_keys(labels, devices, where)
+        links = _matrix_links(labels, cells, keys, devices, where)
+    partitions_raw = machine.get("partitions", {})
+    document_partitions = _parse_partitions(partitions_raw, devices, where) if partitions_raw else {}
+    groups = {
+        resource: DeviceGroup(resource=resource, devices=group, partitions=document_partitions.get(resource, ()))
+        for resource, group in devices.items()
+    }
+    return groups, links
+
+
+def _fixture_device(entry: Any, where: str) -> DeviceInfo:
+    if not isinstance(entry, Mapping) or "id" not in entry:
+        raise DeviceTopologyError(f"{where}: expected a mapping with an id")
+    numa = entry.get("numa")
+    if numa is not None and (isinstance(numa, bool) or not isinstance(numa, int) or numa < 0):
+        raise DeviceTopologyError(f"{where}: numa must be a NUMA id >= 0, got {numa!r}")
+    return DeviceInfo(
+        id=str(entry["id"]),
+        numa=numa,
+        pci_bus_id=_fixture_text(entry.get("pci_bus_id")),
+        pci_switch=_fixture_text(entry.get("pci_switch")),
+        model=_fixture_text(entry.get("model")),
+        healthy=bool(entry.get("healthy", True)),
+    )
+
+
+def _fixture_text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def parse_topo_matrix(text: str, where: str) -> tuple[list[str], dict[tuple[str, str], str]]:
+    """The device labels (GPU0, NIC0, ...) and the cell for every ordered pair of an
+    `nvidia-smi topo -m` matrix; columns after the devices (CPU/NUMA affinity) are ignored."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise DeviceTopologyError(f"{where}: nvidia_smi_topo_m is empty")
+    labels: list[str] = []
+    for token in lines[0].split():
+        if not _MATRIX_LABEL.match(token):
+            break
+        labels.append(token)
+    if not labels:
+        raise DeviceTopologyError(f"{where}: nvidia_smi_topo_m has no GPU/NIC columns in its header")
+    cells: dict[tuple[str, str], str] = {}
+    rows: set[str] = set()
+    for line in lines[1:]:
+        tokens = line.split()
+        if not tokens or tokens[0] not in labels:
+            continue  # legend lines ("NIC0: mlx5_0", "X = Self", ...)
+        row = tokens[0]
+        if row in rows:
+            raise DeviceTopologyError(f"{where}: nvidia_smi_topo_m has row {row} twice")
+        if len(tokens) < len(labels) + 1:
+            raise DeviceTopologyError(f"{where}: nvidia_smi_topo_m row {row} has fewer than {len(labels)} cells")
+        rows.add(row)
+        for column, cell in zip(labels, tokens[1 : len(labels) + 1], strict=True):
+            cells[(row, column)] = cell
+    missing = [label for label in labels if label not in rows]
+    if missing:
+        raise DeviceTopologyError(f"{where}: nvidia_smi_topo_m lacks row(s) {', '.join(missing)}")
+    return labels, cells
+
+
+def _matrix_keys(
+    labels: Sequence[str], devices: Mapping[str, tuple[DeviceInfo, ...]], where: str
+) -> dict[str, DeviceKey]:
+    gpu_resources = [resource for resource in devices if resource.endswith("/gpu") or "gpu" in resource.lower()]
+    nic_resources = [resource for resource in devices if resource not in gpu_resources]
+    keys: dict[str, DeviceKey] = {}
+    for kind, candidates in (("GPU", gpu_resources), ("NIC", nic_resources)):
+        kind_labels = [label for label in labels if label.startswith(kind)]
+        if not kind_labels:
+            continue
+        if len(candidates) != 1:
+            raise DeviceTopologyError(
+                f"{where}: cannot tell which resource the {kind} rows of nvidia_smi_topo_m are "
+                f"(candidates: {', '.join(candidates) or 'none'})"
+            )
+        group = devices[candidates[0]]
+        for label in kind_labels:
+            index = int(label[len(kind) :])
+            if index >= len(group):
+                raise DeviceTopologyError(f"{where}: {label} in nvidia_smi_topo_m has no device in {candidates[0]}")
+            keys[label] = (candidates[0], group[index].id)
+    return keys
+
+
+def _matrix_links(
+    labels: Sequence[str],
+    cells: Mapping[tuple[str, str], str],
+    keys: Mapping[str, DeviceKey],
+    devices: Mapping[str, tuple[DeviceInfo, ...]],
+    where: str,
+) -> DeviceLinks:
+    info = {(resource, device.id): device for resource, group in devices.items() for device in group}
+    nvlink_counts: dict[tuple[str, str], int] = {}
+    links: DeviceLinks = {}
+    for position, first in enumerate(labels):
+        for second in labels[position + 1 :]:
+            forward, backward = cells[(first, second)], cells[(second, first)]
+            if forward != backward:
+                raise DeviceTopologyError(
+                    f"{where}: nvidia_smi_topo_m is not symmetric: {first}-{second} is {forward}, "
+                    f"{second}-{first} is {backward}"
+                )
+            nvlink = _NVLINK_CELL.match(forward)
+            first_key, second_key = keys[first], keys[second]
+            if nvlink:
+                count = int(nvlink.group(1))
+                nvlink_counts[(first, second)] = count
+                pcie = _derived_pcie(info[first_key], info[second_key])
+                links[link_key(first_key, second_key)] = DeviceLink(nvlinks=count, pcie=pcie)
+            elif forward in PcieDistance.__members__:
+                links[link_key(first_key, second_key)] = DeviceLink(pcie=PcieDistance[forward])
+            else:
+                raise DeviceTopologyError(f"{where}: nvidia_smi_topo_m cell {first}-{second} {forward!r} is unknown")
+    gpus = [label for label in labels if label.startswith("GPU")]
+    if _is_nvswitch_fabric(gpus, nvlink_counts):
+        for position, first in enumerate(gpus):
+            for second in gpus[position + 1 :]:
+                key = link_key(keys[first], keys[second])
+                links[key] = DeviceLink(nvlinks=links[key].nvlinks, nvswitch=True, pcie=links[key].pcie)
+    return links
+
+
+def _is_nvswitch_fabric(gpus: Sequence[str], nvlink_counts: Mapping[tuple[str, str], int]) -> bool:
+    if len(gpus) < NVSWITCH_MIN_GPUS:
+        return False
+    counts = {nvlink_counts.get((first, second), 0) for i, first in enumerate(gpus) for second in gpus[i + 1 :]}
+    return len(counts) == 1 and next(iter(counts)) > 0
+
+
+def _derived_pcie(first: DeviceInfo, second: DeviceInfo) -> PcieDistance | None:
+    if first.pci_switch is not None and first.pci_switch == second.pci_switch:
+        return PcieDistance.PIX
+    if first.numa is None or second.numa is None:
+        return None
+    return PcieDistance.NODE if first.numa == second.numa else PcieDistance.SYS

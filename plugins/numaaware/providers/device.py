@@ -1,0 +1,293 @@
+"""The device hint provider: the kubelet device manager's hints and allocation, per resource name.
+
+One provider serves any number of device resources (nvidia.com/gpu, amd.com/gpu,
+huawei.com/Ascend910, rdma/hca, ...). For each it reproduces the kubelet device manager:
+
+hints (generateDeviceTopologyHints): for every NUMA mask, by size then lexicographic, a hint when
+the mask holds at least `request` free devices; preferred when the mask has as few NUMA nodes as
+the narrowest mask the node's devices (all of them, free or not, healthy or not) could satisfy.
+A device reporting no NUMA node counts in no mask. A resource none of whose devices reports a NUMA
+node has no preference (None); a request larger than the free devices cannot be met ([]). Devices
+take part regardless of the pod's QoS class.
+
+allocation (devicesToAllocate with filterByAffinity): devices on the hint's NUMA nodes first;
+when they suffice the choice among them is the link-aware set choice (what the kubelet asks a
+device plugin's GetPreferredAllocation for); otherwise all of them, then the best of the devices
+on other NUMA nodes, then devices without a NUMA node.
+
+Where the node reports partitions (vendor-mandated device sets) a set must lie in one partition,
+so a mask only yields a hint when one partition has enough devices in it; without partitions the
+hints are exactly the kubelet's.
+
+NICs listed in nic_resources are chosen after the pod's accelerators, next to them (same PCIe
+switch, else same NUMA node), strictly or not as nic_alignment says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import structlog
+
+from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.numamask import NumaMask, iterate_masks
+from numasched.api.topology import DeviceGroup, NumaTopology
+from numasched.plugins.numaaware.providers.base import FreeResources, HintRequest, ProviderAllocation, ProviderError
+from numasched.plugins.numaaware.providers.device_sets import (
+    NicAlignment,
+    choose_devices,
+    choose_nics,
+    nic_preference,
+)
+
+log = structlog.get_logger(__name__)
+
+DEVICE_PROVIDER_NAME = "device"
+DEFAULT_ACCELERATOR_RESOURCES = (
+    "nvidia.com/gpu",
+    "amd.com/gpu",
+    "huawei.com/Ascend910",
+    "huawei.com/Ascend310",
+    "habana.ai/gaudi",
+    "intel.com/gpu",
+)
+DEFAULT_NIC_RESOURCES = ("rdma/hca",)
+
+# Plugin arguments read by device_provider_factory.
+ARG_DEVICE_RESOURCES = "device-resources"
+ARG_NIC_RESOURCES = "nic-resources"
+ARG_NIC_ALIGNMENT = "nic-alignment"
+
+
+def requested_devices(request: HintRequest, resource: str) -> int:
+    """Whole devices asked for; a fractional quantity rounds up as the kubelet's Value() does."""
+    amount = request.amount(resource)
+    return max(0, math.ceil(amount - 1e-9))
+
+
+def _numa_ids(group: DeviceGroup, ids: Iterable[str]) -> list[int | None]:
+    return [group.by_id[device_id].numa for device_id in ids if device_id in group.by_id]
+
+
+def device_hints(
+    group: DeviceGroup, numa_ids: Sequence[int], free: Sequence[str], request: int
+) -> list[TopologyHint] | None:
+    """The kubelet device manager's hints for `request` devices of one resource.
+
+    None: no device has NUMA information (no preference); []: not satisfiable on this node.
+    """
+    if request <= 0:
+        return None
+    if not any(device.numa is not None for device in group.devices):
+        return None
+    free_ids = [device_id for device_id in dict.fromkeys(free) if device_id in group.by_id]
+    if len(free_ids) < request:
+        return []
+    # A set lies in one partition where the node has partitions; else the whole group is one.
+    blocks: list[frozenset[str]] = list(group.partitions) or [frozenset(group.by_id)]
+    total_numa = [_numa_ids(group, [device.id for device in group.devices if device.id in block]) for block in blocks]
+    free_numa = [_numa_ids(group, [device_id for device_id in free_ids if device_id in block]) for block in blocks]
+    min_affinity_size = len(numa_ids)
+    hints: list[TopologyHint] = []
+    for mask in iterate_masks(numa_ids):
+        in_mask_total = max(_count_in(mask, numas) for numas in total_numa)
+        if in_mask_total >= request and mask.count() < min_affinity_size:
+            min_affinity_size = mask.count()
+        if max(_count_in(mask, numas) for numas in free_numa) >= request:
+            hints.append(TopologyHint(mask, preferred=False))
+    return [
+        TopologyHint(hint.affinity, hint.affinity is not None and hint.affinity.count() == min_affinity_size)
+        for hint in hints
+    ]
+
+
+def _count_in(mask: NumaMask, numas: Iterable[int | None]) -> int:
+    return sum(1 for numa in numas if numa is not None and mask.is_set(numa))
+
+
+def split_by_affinity(
+    group: DeviceGroup, free: Sequence[str], affinity: NumaMask | None
+) -> tuple[list[str], list[str], list[str]]:
+    """Free devices on the mask's NUMA nodes, on other NUMA nodes, and without a NUMA node
+    (the kubelet's filterByAffinity); with no affinity every device is "without"."""
+    aligned: list[str] = []
+    unaligned: list[str] = []
+    without: list[str] = []
+    for device_id in free:
+        device = group.by_id.get(device_id)
+        if device is None:
+            continue
+        if affinity is None or device.numa is None:
+            without.append(device_id)
+        elif affinity.is_set(device.numa):
+            aligned.append(device_id)
+        else:
+            unaligned.append(device_id)
+    return aligned, unaligned, without
+
+
+def allocate_devices(
+    resource: str,
+    request: int,
+    affinity: NumaMask | None,
+    topology: NumaTopology,
+    free: Sequence[str],
+    *,
+    prefer: Mapping[str, int] | None = None,
+) -> tuple[str, ...]:
+    """The device ids for `request` devices of one resource inside (first) the hint's affinity.
+
+    Raises ProviderError naming the resource and the shortfall."""
+    group = topology.devices.get(resource)
+    if group is None:
+        raise ProviderError(f"{resource}: node {topology.node_name} reports no such devices")
+    free_ids = [device_id for device_id in dict.fromkeys(free) if device_id in group.by_id]
+    if len(free_ids) < request:
+        raise ProviderError(f"{resource}: {request} requested, {len(free_ids)} free on node {topology.node_name}")
+    aligned, unaligned, without = split_by_affinity(group, free_ids, affinity)
+    if len(aligned) >= request:
+        chosen = choose_devices(resource, request, aligned, topology, free=free_ids, prefer=prefer)
+    else:
+        # Every aligned device first (the alignment the topology manager promised), then the
+        # nearest of the rest: devices on other NUMA nodes before devices without one.
+        chosen = ()
+        if len(aligned) + len(unaligned) >= request:
+            chosen = choose_devices(
+                resource, request, unaligned, topology, free=free_ids, must_include=aligned, prefer=prefer
+            )
+        if not chosen:
+            chosen = choose_devices(
+                resource, request, unaligned + without, topology, free=free_ids, must_include=aligned, prefer=prefer
+            )
+    if not chosen:
+        partitions = f" within one of its {len(group.partitions)} partitions" if group.partitions else ""
+        raise ProviderError(
+            f"{resource}: no set of {request} free devices{partitions} on node {topology.node_name}"
+            f" (free: {', '.join(free_ids) or 'none'})"
+        )
+    return chosen
+
+
+@attrs.frozen(slots=True)
+class DeviceProvider:
+    """Hints and device choice for the configured device resources (see the module doc)."""
+
+    accelerator_resources: frozenset[str] = frozenset(DEFAULT_ACCELERATOR_RESOURCES)
+    nic_resources: frozenset[str] = frozenset(DEFAULT_NIC_RESOURCES)
+    nic_alignment: NicAlignment = NicAlignment.PREFERRED
+    provider_name: str = DEVICE_PROVIDER_NAME
+
+    @property
+    def name(self) -> str:
+        return self.provider_name
+
+    @property
+    def resources(self) -> frozenset[str]:
+        return self.accelerator_resources | self.nic_resources
+
+    def hints(self, request: HintRequest, topology: NumaTopology, free: FreeResources) -> ResourceHints | None:
+        result: ResourceHints = {}
+        for resource in sorted(self.resources):
+            count = requested_devices(request, resource)
+            if count == 0:
+                continue
+            group = topology.devices.get(resource)
+            if group is None:
+                # Not a device this node reports: the kubelet would have no topology for it.
+                result[resource] = None
+                continue
+            result[resource] = device_hints(group, topology.numa_ids, free.free_devices(resource), count)
+        return result or None
+
+    def allocate(
+        self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
+    ) -> ProviderAllocation:
+        wanted = {
+            resource: count
+            for resource in sorted(self.resources)
+            if (count := requested_devices(request, resource)) > 0 and resource in topology.devices
+        }
+        accelerators = [resource for resource in wanted if resource not in self.nic_resources]
+        nics = [resource for resource in wanted if resource in self.nic_resources]
+        free_nics = {resource: free.free_devices(resource) for resource in nics}
+        result: ProviderAllocation = {}
+        chosen_accelerators: dict[str, tuple[str, ...]] = {}
+        for resource in accelerators:
+            prefer = nic_preference(topology, resource, nics, free_nics) if nics else None
+            chosen = allocate_devices(
+                resource, wanted[resource], best_hint.affinity, topology, free.free_devices(resource), prefer=prefer
+            )
+            chosen_accelerators[resource] = chosen
+            result[resource] = chosen
+        for resource in nics:
+            result[resource] = self._allocate_nics(
+                request, resource, wanted[resource], best_hint, topology, free_nics[resource], chosen_accelerators
+            )
+        return result
+
+    def _allocate_nics(
+        self,
+        request: HintRequest,
+        resource: str,
+        count: int,
+        best_hint: TopologyHint,
+        topology: NumaTopology,
+        free: Sequence[str],
+        accelerators: Mapping[str, Sequence[str]],
+    ) -> tuple[str, ...]:
+        if not any(accelerators.values()):
+            return allocate_devices(resource, count, best_hint.affinity, topology, free)
+        group = topology.devices[resource]
+        aligned, unaligned, without = split_by_affinity(group, free, best_hint.affinity)
+        chosen: tuple[str, ...] = ()
+        if len(aligned) >= count:
+            chosen = choose_nics(resource, count, aligned, topology, accelerators, self.nic_alignment)
+        if not chosen:
+            chosen = choose_nics(
+                resource, count, aligned + unaligned + without, topology, accelerators, self.nic_alignment
+            )
+        if not chosen:
+            level = "PCIe switch or NUMA node" if self.nic_alignment is NicAlignment.REQUIRED else "node"
+            raise ProviderError(
+                f"{resource}: {count} NIC(s) for {request.describe()} cannot be placed on the same {level} as its "
+                f"devices on node {topology.node_name} (free: {', '.join(free) or 'none'})"
+            )
+        return chosen
+
+
+def _names(raw: Any, default: Collection[str], argument: str) -> frozenset[str]:
+    if raw is None:
+        return frozenset(default)
+    if isinstance(raw, str):
+        names = [part.strip() for part in raw.split(",") if part.strip()]
+    elif isinstance(raw, list | tuple) and all(isinstance(part, str) for part in raw):
+        names = [part.strip() for part in raw if part.strip()]
+    else:
+        log.warning("bad plugin argument, using the default", argument=argument, value=repr(raw))
+        return frozenset(default)
+    return frozenset(names)
+
+
+def device_provider_factory(arguments: Mapping[str, Any]) -> DeviceProvider:
+    """Build the provider from the numa-aware plugin's arguments.
+
+    device-resources: accelerator resource names (list or comma-separated text);
+    nic-resources: NIC resource names; nic-alignment: required | preferred (default preferred).
+    """
+    accelerators = _names(arguments.get(ARG_DEVICE_RESOURCES), DEFAULT_ACCELERATOR_RESOURCES, ARG_DEVICE_RESOURCES)
+    nics = _names(arguments.get(ARG_NIC_RESOURCES), DEFAULT_NIC_RESOURCES, ARG_NIC_RESOURCES)
+    raw_alignment = arguments.get(ARG_NIC_ALIGNMENT, NicAlignment.PREFERRED.value)
+    try:
+        alignment = NicAlignment(str(raw_alignment).strip().lower())
+    except ValueError:
+        log.warning(
+            "bad plugin argument, using the default",
+            argument=ARG_NIC_ALIGNMENT,
+            value=repr(raw_alignment),
+            default=NicAlignment.PREFERRED.value,
+        )
+        alignment = NicAlignment.PREFERRED
+    return DeviceProvider(accelerator_resources=accelerators - nics, nic_resources=nics, nic_alignment=alignment)
