@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from numasched import __version__
+from numasched.logconfig import LEVELS, configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Topology-aware secondary scheduler for Kubernetes.",
     )
     parser.add_argument("--version", action="version", version=f"numasched {__version__}")
+    parser.add_argument("--log-level", choices=LEVELS, help="log level (default: warning for simulate, else info)")
+    parser.add_argument("--log-format", choices=("console", "json"), default=None, help="log format on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from numasched.scheduler.simulate import add_simulate_arguments
@@ -51,6 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     import anyio
+
+    simulating = args.command == "simulate"
+    configure_logging(
+        args.log_level or ("warning" if simulating else "info"),
+        args.log_format or ("console" if simulating else "json"),
+    )
 
     if args.command == "simulate":
         from numasched.scheduler.simulate import run_simulate

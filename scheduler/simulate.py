@@ -1,0 +1,126 @@
+"""`numasched simulate`: the real scheduler loop on an in-memory cluster loaded from YAML.
+
+It runs cycles until one binds nothing new, then reports every pod of ours: where it went (node,
+NUMA nodes, CPUs, devices) or why it could not be placed, plus every object that was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from numasched.cache.cache import Cache
+from numasched.cache.simcluster import SimCluster
+from numasched.conf.loader import ConfigError, load_config_text, read_config_file
+from numasched.conf.model import SchedulerConfig
+from numasched.scheduler.loop import schedule_cycle
+from numasched.scheduler.registry import Registry, default_registry
+from numasched.scheduler.simulate_report import SimulationReport, build_report, render
+
+log = structlog.get_logger("numasched.simulate")
+
+EXAMPLES = "numasched.conf.examples"
+
+
+def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        action="append",
+        help="YAML file(s) of Nodes and Numatopology/NodeResourceTopology objects "
+        "(default: the bundled example cluster)",
+    )
+    parser.add_argument(
+        "--workload",
+        type=Path,
+        action="append",
+        help="YAML file(s) of Pods, PodGroups, Queues and PriorityClasses (default: the bundled example workload)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="volcano-scheduler.conf, or a ConfigMap manifest holding one (default: the bundled example config)",
+    )
+    parser.add_argument("--output", choices=("table", "json", "yaml"), default="table", help="report format")
+    parser.add_argument("--scheduler-name", default="numasched", help="spec.schedulerName of the pods to schedule")
+    parser.add_argument("--max-cycles", type=int, default=100, help="stop after this many scheduling cycles")
+    parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+
+
+def _example_text(name: str) -> tuple[str, str]:
+    resource = resources.files(EXAMPLES).joinpath(name)
+    return resource.read_text(encoding="utf-8"), f"bundled example {name}"
+
+
+def load_config(path: Path | None, registry: Registry) -> SchedulerConfig:
+    if path is None:
+        text, source = _example_text("scheduler.conf")
+    else:
+        text, source = read_config_file(path), str(path)
+    return load_config_text(text, source, registry.known_plugin_names(), registry.known_action_names())
+
+
+async def simulate(
+    cluster: SimCluster, config: SchedulerConfig, registry: Registry, *, max_cycles: int, progress: bool
+) -> int:
+    """Run cycles until a cycle binds nothing new; returns the number of cycles run."""
+    pending = sum(1 for pod in cluster.pods() if not pod.get("spec", {}).get("nodeName"))
+    cycles = 0
+    bar = _progress_bar(progress and pending >= 200, pending)
+    with bar:
+        task_id = bar.add_task("scheduling", total=pending)
+        while cycles < max_cycles:
+            before = sum(cluster.bind_count.values())
+            await schedule_cycle(cluster.cache, config, registry, cluster, cluster)
+            cycles += 1
+            bound_now = sum(cluster.bind_count.values())
+            bar.update(task_id, completed=bound_now)
+            if bound_now == before:
+                break
+    return cycles
+
+
+def _progress_bar(enabled: bool, total: int) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not enabled or not sys.stderr.isatty(),
+        console=None,
+    )
+
+
+def _read_inputs(cluster: SimCluster, paths: list[Path] | None, example: str) -> None:
+    if paths:
+        cluster.load_files(paths)
+    else:
+        text, source = _example_text(example)
+        cluster.load_text(text, source)
+
+
+async def run_simulate(args: argparse.Namespace) -> int:
+    registry = default_registry()
+    try:
+        config = load_config(args.config, registry)
+    except ConfigError as error:
+        print(f"numasched simulate: {error}", file=sys.stderr)
+        return 2
+    cache = Cache((args.scheduler_name,))
+    cluster = SimCluster(cache)
+    _read_inputs(cluster, args.cluster, "cluster.yaml")
+    _read_inputs(cluster, args.workload, "workload.yaml")
+    started = time.perf_counter()
+    cycles = await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=not args.no_progress)
+    report: SimulationReport = build_report(cluster, cycles=cycles, seconds=time.perf_counter() - started)
+    sys.stdout.write(render(report, args.output))
+    return 0

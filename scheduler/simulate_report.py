@@ -1,0 +1,206 @@
+"""What `numasched simulate` prints: per pod its placement or the reason it has none, the objects
+that were skipped, and a summary. The JSON form is a stable interface (docs/simulate.md)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import yaml
+
+from numasched.api.allocation import ALLOCATION_ANNOTATION, AllocationError, allocation_from_json
+from numasched.cache.convert_pod import GROUP_NAME_ANNOTATION, VOLCANO_GROUP_NAME_ANNOTATION, pod_job_id
+from numasched.cache.simcluster import SimCluster
+
+REPORT_VERSION = 1
+
+
+@attrs.frozen(slots=True)
+class PodPlacement:
+    namespace: str
+    name: str
+    job: str
+    status: str  # Bound | Unschedulable | Pending
+    node: str = ""
+    numa: tuple[int, ...] = ()
+    cpuset: str = ""
+    devices: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    reason: str = ""
+
+
+@attrs.frozen(slots=True)
+class Problem:
+    source: str
+    message: str
+
+
+@attrs.frozen(slots=True)
+class SimulationReport:
+    pods: tuple[PodPlacement, ...]
+    problems: tuple[Problem, ...]
+    nodes: int
+    cycles: int
+    seconds: float
+
+    def count(self, status: str) -> int:
+        return sum(1 for pod in self.pods if pod.status == status)
+
+
+def _condition_message(pod: Mapping[str, Any]) -> str:
+    for condition in pod.get("status", {}).get("conditions", []) or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "")
+    return ""
+
+
+def _placement(pod: Mapping[str, Any], waiting: Mapping[str, str]) -> tuple[PodPlacement, Problem | None]:
+    metadata = pod.get("metadata", {})
+    namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name"))
+    annotations = metadata.get("annotations") or {}
+    group = annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or ""
+    node = str(pod.get("spec", {}).get("nodeName") or "")
+    if not node:
+        reason = _condition_message(pod) or waiting.get(f"{namespace}/{name}", "")
+        status = "Unschedulable" if reason else "Pending"
+        return PodPlacement(namespace, name, group, status, reason=reason), None
+    problem = None
+    numa: set[int] = set()
+    cpuset = ""
+    devices: dict[str, list[str]] = {}
+    text = annotations.get(ALLOCATION_ANNOTATION)
+    if text:
+        try:
+            allocation = allocation_from_json(text)
+        except AllocationError as error:
+            problem = Problem(f"Pod {namespace}/{name}", f"annotation {ALLOCATION_ANNOTATION}: {error}")
+        else:
+            numa = set(allocation.numa().ids())
+            cpuset = allocation.cpus().format()
+            for container in allocation.containers:
+                for resource, ids in container.devices.items():
+                    devices.setdefault(resource, []).extend(ids)
+    return (
+        PodPlacement(
+            namespace,
+            name,
+            group,
+            "Bound",
+            node=node,
+            numa=tuple(sorted(numa)),
+            cpuset=cpuset,
+            devices={resource: tuple(ids) for resource, ids in sorted(devices.items())},
+        ),
+        problem,
+    )
+
+
+def build_report(cluster: SimCluster, *, cycles: int, seconds: float) -> SimulationReport:
+    waiting = {
+        task.key: f"waiting for PodGroup {pod_job_id(task.namespace, task.name, task.annotations)[0]}"
+        for task in cluster.cache.tasks_waiting_for_group()
+    }
+    placements: list[PodPlacement] = []
+    problems = [Problem(p.source, p.message) for p in cluster.load_problems]
+    problems.extend(Problem(f"{kind} {name}", message) for (kind, name), message in cluster.cache.problems.items())
+    for pod in cluster.pods():
+        if pod.get("spec", {}).get("schedulerName") not in cluster.cache.scheduler_names:
+            continue
+        placement, problem = _placement(pod, waiting)
+        placements.append(placement)
+        if problem is not None:
+            problems.append(problem)
+    placements.sort(key=lambda p: (p.namespace, p.name))
+    return SimulationReport(
+        pods=tuple(placements),
+        problems=tuple(problems),
+        nodes=len(cluster.objects["Node"]),
+        cycles=cycles,
+        seconds=seconds,
+    )
+
+
+def report_document(report: SimulationReport) -> dict[str, Any]:
+    """The documented JSON/YAML shape (docs/simulate.md)."""
+    return {
+        "version": REPORT_VERSION,
+        "summary": {
+            "pods": len(report.pods),
+            "bound": report.count("Bound"),
+            "unschedulable": report.count("Unschedulable"),
+            "pending": report.count("Pending"),
+            "nodes": report.nodes,
+            "cycles": report.cycles,
+            "seconds": round(report.seconds, 3),
+        },
+        "pods": [
+            {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "job": pod.job,
+                "status": pod.status,
+                "node": pod.node,
+                "numa": list(pod.numa),
+                "cpuset": pod.cpuset,
+                "devices": {resource: list(ids) for resource, ids in pod.devices.items()},
+                "reason": pod.reason,
+            }
+            for pod in report.pods
+        ],
+        "problems": [{"source": problem.source, "message": problem.message} for problem in report.problems],
+    }
+
+
+def render(report: SimulationReport, output: str) -> str:
+    if output == "json":
+        return json.dumps(report_document(report), indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump(report_document(report), sort_keys=False, width=120)
+    return _render_table(report)
+
+
+def _render_table(report: SimulationReport) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, force_terminal=False, color_system=None)
+    placed = Table(title="Placements", title_justify="left", show_lines=False)
+    for column in ("POD", "JOB", "NODE", "NUMA", "CPUS", "DEVICES"):
+        placed.add_column(column, overflow="fold")
+    for pod in report.pods:
+        if pod.status != "Bound":
+            continue
+        devices = " ".join(f"{resource}={','.join(ids)}" for resource, ids in pod.devices.items())
+        placed.add_row(
+            f"{pod.namespace}/{pod.name}",
+            pod.job or "-",
+            pod.node,
+            ",".join(map(str, pod.numa)) or "-",
+            pod.cpuset or "shared",
+            devices or "-",
+        )
+    console.print(placed)
+    unplaced = [pod for pod in report.pods if pod.status != "Bound"]
+    if unplaced:
+        table = Table(title="Not placed", title_justify="left")
+        for column in ("POD", "JOB", "STATUS", "REASON"):
+            table.add_column(column, overflow="fold")
+        for pod in unplaced:
+            table.add_row(f"{pod.namespace}/{pod.name}", pod.job or "-", pod.status, pod.reason or "-")
+        console.print(table)
+    if report.problems:
+        table = Table(title="Skipped objects", title_justify="left")
+        table.add_column("OBJECT", overflow="fold")
+        table.add_column("PROBLEM", overflow="fold")
+        for problem in report.problems:
+            table.add_row(problem.source, problem.message)
+        console.print(table)
+    console.print(
+        f"{report.count('Bound')}/{len(report.pods)} pods bound, {report.count('Unschedulable')} unschedulable, "
+        f"{report.count('Pending')} pending, on {report.nodes} nodes in {report.cycles} cycles "
+        f"({report.seconds:.2f}s)"
+    )
+    return buffer.getvalue()
