@@ -1,0 +1,378 @@
+"""The CPU hint provider: the kubelet CPU manager's static policy, as a scheduler sees it.
+
+- Only Guaranteed pods whose container asks for a whole number of CPUs get exclusive CPUs; every
+  other container runs in the shared pool and has no NUMA preference.
+- Hints: one per NUMA mask whose free CPUs (plus CPUs the pod may reuse) cover the request;
+  preferred when the mask is as narrow as the narrowest mask whose CPUs (all of them, reserved
+  included, as the kubelet counts) could hold the request.
+- CPU choice: first inside the merged hint's NUMA nodes, then anywhere, each time with the
+  kubelet's take-by-topology order (see cpu_assignment).
+- Reserved CPUs are never handed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import structlog
+
+from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.idset import IdSet
+from numasched.api.numamask import NumaMask, iterate_masks
+from numasched.api.task import ContainerInfo, QosClass
+from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyScope
+from numasched.plugins.numaaware.providers.base import (
+    FreeResources,
+    HintRequest,
+    ProviderAllocation,
+    ProviderError,
+)
+from numasched.plugins.numaaware.providers.cpu_assignment import (
+    CpuAssignmentError,
+    take_distributed,
+    take_packed,
+)
+from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
+
+__all__ = [
+    "CpuAssignmentError",
+    "CpuHintProvider",
+    "CpuTopologyError",
+    "SmtAlignmentError",
+    "StaticPolicyOptions",
+    "cpu_hints",
+    "cpu_provider_factory",
+    "guaranteed_cpus",
+    "take_by_topology",
+]
+
+log = structlog.get_logger(__name__)
+
+FULL_PCPUS_ONLY = "full-pcpus-only"
+DISTRIBUTE_CPUS_ACROSS_NUMA = "distribute-cpus-across-numa"
+PREFER_ALIGN_BY_UNCORECACHE = "prefer-align-cpus-by-uncorecache"
+# Options the kubelet accepts that do not change which CPUs or hints the scheduler predicts closely
+# enough to model yet; they are accepted without complaint.
+_UNMODELLED_OPTIONS = frozenset(
+    {"align-by-socket", "distribute-cpus-across-cores", "strict-cpu-reservation", "prefer-align-cpus-by-socket"}
+)
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+class SmtAlignmentError(CpuAssignmentError):
+    """full-pcpus-only refuses a request that would split a physical core (kubelet SMTAlignmentError)."""
+
+    def __init__(self, requested: int, cpus_per_core: int, available_physical: int | None = None) -> None:
+        self.requested = requested
+        self.cpus_per_core = cpus_per_core
+        self.available_physical = available_physical
+        if available_physical is None:
+            message = f"SMT Alignment Error: requested {requested} cpus not multiple cpus per core = {cpus_per_core}"
+        else:
+            message = (
+                "SMT Alignment Error: not enough free physical CPUs: "
+                f"available physical CPUs = {available_physical}, requested CPUs = {requested}, "
+                f"CPUs per core = {cpus_per_core}"
+            )
+        super().__init__(message)
+
+
+@attrs.frozen(slots=True)
+class StaticPolicyOptions:
+    full_pcpus_only: bool = False
+    distribute_cpus_across_numa: bool = False
+    align_by_uncorecache: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> tuple[StaticPolicyOptions, list[str]]:
+        """Options from the kubelet's cpuManagerPolicyOptions; problems are returned, not raised."""
+        values: dict[str, bool] = {}
+        problems: list[str] = []
+        fields = {
+            FULL_PCPUS_ONLY: "full_pcpus_only",
+            DISTRIBUTE_CPUS_ACROSS_NUMA: "distribute_cpus_across_numa",
+            PREFER_ALIGN_BY_UNCORECACHE: "align_by_uncorecache",
+        }
+        for name, raw in options.items():
+            if name in _UNMODELLED_OPTIONS:
+                continue
+            field = fields.get(name)
+            if field is None:
+                problems.append(f"unknown CPU manager option {name!r}")
+                continue
+            text = str(raw).strip()
+            if text in _TRUE:
+                values[field] = True
+            elif text in _FALSE:
+                values[field] = False
+            else:
+                problems.append(f"CPU manager option {name!r} has a bad value {raw!r} (want true or false)")
+        if values.get("align_by_uncorecache") and values.get("distribute_cpus_across_numa"):
+            problems.append(
+                f"CPU manager options {PREFER_ALIGN_BY_UNCORECACHE} and {DISTRIBUTE_CPUS_ACROSS_NUMA} "
+                f"cannot be used together; ignoring {PREFER_ALIGN_BY_UNCORECACHE}"
+            )
+            values["align_by_uncorecache"] = False
+        return cls(**values), problems
+
+    @classmethod
+    def of(cls, topology: NumaTopology) -> StaticPolicyOptions:
+        options, problems = cls.parse(topology.policies.cpu_manager_options)
+        for problem in problems:
+            log.warning("cpu manager options", node=topology.node_name, problem=problem)
+        return options
+
+
+def _check_available(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
+    if count < 0:
+        raise ValueError(f"node {topology.node_name}: cannot take a negative number of CPUs ({count})")
+    unknown = [cpu for cpu in available if cpu not in layout.info]
+    if unknown:
+        raise CpuTopologyError(
+            f"node {topology.node_name}: CPUs {IdSet(unknown).format()} are not in the node's topology"
+        )
+    if count > len(available):
+        raise CpuAssignmentError(
+            f"not enough cpus available to satisfy request: requested={count}, available={len(available)}"
+        )
+
+
+def _check_smt(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
+    if count % layout.cpus_per_core != 0:
+        raise SmtAlignmentError(count, layout.cpus_per_core)
+    physical = len(layout.physical_cpus(available, topology.reserved_cpus))
+    if count > physical:
+        raise SmtAlignmentError(count, layout.cpus_per_core, physical)
+
+
+def _take(layout: CpuLayout, available: IdSet, count: int, options: StaticPolicyOptions) -> IdSet:
+    pool = frozenset(available)
+    if options.distribute_cpus_across_numa:
+        group = layout.cpus_per_core if options.full_pcpus_only else 1
+        return IdSet(take_distributed(layout, pool, count, group))
+    return IdSet(take_packed(layout, pool, count, options.align_by_uncorecache))
+
+
+def take_by_topology(
+    topology: NumaTopology,
+    available: IdSet,
+    count: int,
+    *,
+    full_pcpus_only: bool = False,
+    distribute_cpus_across_numa: bool = False,
+    align_by_uncorecache: bool = False,
+) -> IdSet:
+    """`count` CPUs out of `available`, chosen as the kubelet's static policy would.
+
+    Raises CpuAssignmentError when `available` is too small, SmtAlignmentError (a subclass) when
+    full_pcpus_only is set and the request would split a core, CpuTopologyError on CPUs the
+    topology does not know, and ValueError for incompatible options.
+    """
+    if align_by_uncorecache and distribute_cpus_across_numa:
+        raise ValueError(
+            f"{PREFER_ALIGN_BY_UNCORECACHE} and {DISTRIBUTE_CPUS_ACROSS_NUMA} cannot be used at the same time"
+        )
+    layout = CpuLayout.from_topology(topology)
+    _check_available(layout, topology, available, count)
+    options = StaticPolicyOptions(full_pcpus_only, distribute_cpus_across_numa, align_by_uncorecache)
+    if full_pcpus_only and count:
+        _check_smt(layout, topology, available, count)
+    return _take(layout, available, count, options)
+
+
+# -- which containers get exclusive CPUs ------------------------------------------------------------
+
+
+def _whole_cpus(milli_cpu: float) -> int:
+    """The CPU count when a request is a positive whole number of CPUs, else 0."""
+    rounded = round(milli_cpu)
+    if rounded <= 0 or abs(milli_cpu - rounded) > 1e-6 or rounded % 1000 != 0:
+        return 0
+    return rounded // 1000
+
+
+def _pod_guaranteed_cpus(containers: Iterable[ContainerInfo]) -> int:
+    by_init = 0
+    by_sidecars = 0
+    by_apps = 0
+    for container in containers:
+        cpus = _whole_cpus(container.requests.milli_cpu)
+        if container.init and container.sidecar:
+            by_sidecars += cpus
+        elif container.init:
+            by_init = max(by_init, by_sidecars + cpus)
+        else:
+            by_apps += cpus
+    return max(by_init, by_apps + by_sidecars)
+
+
+def guaranteed_cpus(request: HintRequest) -> int:
+    """Exclusive CPUs the static policy gives this request; 0 means the shared pool."""
+    if request.qos != QosClass.GUARANTEED:
+        return 0
+    if request.scope == TopologyScope.POD and request.containers:
+        return _pod_guaranteed_cpus(request.containers)
+    return _whole_cpus(request.requests.milli_cpu)
+
+
+# -- hints ------------------------------------------------------------------------------------------
+
+
+def cpu_hints(
+    topology: NumaTopology, free_cpus: IdSet, request_cpus: int, reusable: IdSet | None = None
+) -> list[TopologyHint]:
+    """The kubelet's CPU topology hints for `request_cpus` exclusive CPUs.
+
+    `free_cpus` are the CPUs not assigned to anyone; reserved CPUs are removed here. `reusable`
+    are CPUs this pod already holds and may use again (its finished init containers'); a mask must
+    contain all of them. With full-pcpus-only only whole free cores count, and a request that is not
+    a multiple of the threads per core gets no hint at all (the kubelet rejects it).
+    """
+    layout = CpuLayout.from_topology(topology)
+    options = StaticPolicyOptions.of(topology)
+    reusable = reusable or IdSet()
+    available = (free_cpus & topology.allocatable_cpus) - reusable
+    if options.full_pcpus_only:
+        if request_cpus % layout.cpus_per_core != 0:
+            return []
+        available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
+
+    numa_ids = sorted(layout.cpus_by_numa)
+    free_per_numa = {numa: len(layout.cpus_by_numa[numa] & frozenset(available)) for numa in numa_ids}
+    reusable_numas = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info})
+    min_affinity = len(numa_ids)
+    hints: list[TopologyHint] = []
+    for mask in iterate_masks(numa_ids):
+        numas = mask.ids()
+        total_in_mask = sum(len(layout.cpus_by_numa[numa]) for numa in numas)
+        if total_in_mask >= request_cpus and mask.count() < min_affinity:
+            min_affinity = mask.count()
+        if not reusable_numas.is_subset_of(mask):
+            continue
+        if len(reusable) + sum(free_per_numa[numa] for numa in numas) < request_cpus:
+            continue
+        hints.append(TopologyHint(mask, False))
+    return [
+        TopologyHint(hint.affinity, hint.affinity is not None and hint.affinity.count() == min_affinity)
+        for hint in hints
+    ]
+
+
+# -- allocation -------------------------------------------------------------------------------------
+
+
+def allocate_cpus(
+    topology: NumaTopology,
+    available: IdSet,
+    count: int,
+    affinity: NumaMask | None,
+    options: StaticPolicyOptions,
+) -> IdSet:
+    """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs)."""
+    layout = CpuLayout.from_topology(topology)
+    _check_available(layout, topology, available, count)
+    if options.full_pcpus_only:
+        _check_smt(layout, topology, available, count)
+    result = IdSet()
+    if affinity is not None:
+        aligned = available & topology.cpus_in(affinity)
+        result = _take(layout, aligned, min(count, len(aligned)), options)
+    rest = _take(layout, available - result, count - len(result), options)
+    return result | rest
+
+
+def _containers_in_order(request: HintRequest) -> list[ContainerInfo]:
+    init = [container for container in request.containers if container.init]
+    apps = [container for container in request.containers if not container.init]
+    return init + apps
+
+
+@attrs.frozen(slots=True)
+class CpuHintProvider:
+    """The CPU manager static policy as a HintProvider (see base.HintProvider)."""
+
+    @property
+    def name(self) -> str:
+        return "cpu"
+
+    @property
+    def resources(self) -> frozenset[str]:
+        return frozenset({"cpu"})
+
+    def hints(self, request: HintRequest, topology: NumaTopology, free: FreeResources) -> ResourceHints | None:
+        if topology.policies.cpu_manager_policy != CpuManagerPolicy.STATIC:
+            return None
+        count = guaranteed_cpus(request)
+        if count == 0:
+            return None
+        try:
+            return {"cpu": cpu_hints(topology, free.cpus, count)}
+        except CpuTopologyError as error:
+            log.warning("cpu hints unavailable", pod=request.pod, node=topology.node_name, error=str(error))
+            return {"cpu": []}
+
+    def allocate(
+        self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
+    ) -> ProviderAllocation:
+        per_container = self.allocate_containers(request, best_hint, topology, free)
+        if not per_container:
+            return {}
+        chosen = IdSet()
+        for cpus in per_container.values():
+            chosen = chosen | cpus
+        return {"cpu": chosen}
+
+    def allocate_containers(
+        self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
+    ) -> dict[str, IdSet]:
+        """Exclusive CPUs per container name, in the order the kubelet admits the containers.
+
+        In pod scope a finished init container's CPUs go back to the pod for its later containers,
+        as the kubelet's CPU reuse does; a sidecar keeps its CPUs.
+        """
+        if topology.policies.cpu_manager_policy != CpuManagerPolicy.STATIC:
+            return {}
+        options = StaticPolicyOptions.of(topology)
+        available = free.cpus & topology.allocatable_cpus
+        if request.scope == TopologyScope.POD and request.containers:
+            units = [
+                (container.name, container.init and not container.sidecar, _whole_cpus(container.requests.milli_cpu))
+                for container in _containers_in_order(request)
+            ]
+            if request.qos != QosClass.GUARANTEED:
+                return {}
+        else:
+            units = [(request.container, False, guaranteed_cpus(request))]
+        reusable = IdSet()
+        result: dict[str, IdSet] = {}
+        for name, reusable_after, count in units:
+            if count == 0:
+                continue
+            pool = available | reusable
+            try:
+                cpus = allocate_cpus(topology, pool, count, best_hint.affinity, options)
+            except (CpuAssignmentError, CpuTopologyError) as error:
+                raise ProviderError(
+                    f"cpu: cannot pick {count} exclusive CPUs for {request.describe()} of pod {request.pod} "
+                    f"on node {topology.node_name}: {error}"
+                ) from error
+            available = available - cpus
+            reusable = (reusable | cpus) if reusable_after else (reusable - cpus)
+            result[name] = cpus
+        if result:
+            log.debug(
+                "cpus chosen",
+                pod=request.pod,
+                node=topology.node_name,
+                cpus={name: cpus.format() for name, cpus in result.items()},
+            )
+        return result
+
+
+def cpu_provider_factory(arguments: Mapping[str, Any]) -> CpuHintProvider:
+    """Entry-point factory (group numasched.hint_providers); the CPU provider takes no arguments."""
+    del arguments
+    return CpuHintProvider()
