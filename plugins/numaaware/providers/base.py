@@ -19,6 +19,7 @@ import attrs
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
+from numasched.api.numamask import NumaMask
 from numasched.api.resource import Resource
 from numasched.api.task import ContainerInfo, QosClass
 from numasched.api.topology import NumaTopology, TopologyScope
@@ -76,6 +77,9 @@ class FreeResources:
     cpus: IdSet = attrs.field(factory=IdSet)
     devices: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     memory: Mapping[str, Mapping[int, int]] = attrs.field(factory=dict)
+    # Sets of NUMA nodes already holding memory pinned together (one per memory allocation); the
+    # memory manager never splits such a group nor mixes it with other nodes.
+    memory_groups: frozenset[NumaMask] = frozenset()
 
     def free_devices(self, resource: str) -> tuple[str, ...]:
         return tuple(self.devices.get(resource, ()))
@@ -100,9 +104,7 @@ class HintProvider(Protocol):
     @property
     def resources(self) -> frozenset[str]: ...
 
-    def hints(
-        self, request: HintRequest, topology: NumaTopology, free: FreeResources
-    ) -> ResourceHints | None:
+    def hints(self, request: HintRequest, topology: NumaTopology, free: FreeResources) -> ResourceHints | None:
         """Per resource: the hints (None = no preference, [] = cannot be satisfied); None overall
         when the provider has nothing to say about this request."""
         ...
@@ -132,4 +134,12 @@ def free_resources(node: NodeInfo) -> FreeResources:
     for resource, per_numa in topology.memory.items():
         used = node.numa_usage.memory.get(resource, {})
         memory[resource] = {numa: max(0, size - used.get(numa, 0)) for numa, size in per_numa.items()}
-    return FreeResources(cpus=node.free_cpus(), devices=devices, memory=memory)
+    groups = {
+        NumaMask.from_ids(numa for per_numa in container.memory.values() for numa, size in per_numa.items() if size)
+        for task in node.tasks.values()
+        if task.allocation is not None
+        for container in task.allocation.containers
+        if container.memory
+    }
+    groups.discard(NumaMask())
+    return FreeResources(cpus=node.free_cpus(), devices=devices, memory=memory, memory_groups=frozenset(groups))

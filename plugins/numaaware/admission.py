@@ -1,0 +1,316 @@
+"""A pod's topology admission on one node, as the kubelet's Topology Manager would run it.
+
+Scope `container`: every container is aligned on its own, init containers first (in order), then
+app containers; each is merged, admitted and allocated before the next one is considered, so a
+later container sees what earlier ones took. Scope `pod`: the providers' hints for the pod's
+effective request are merged once, then each container is allocated with that one hint.
+
+Resources held by a finished init container are reusable by the containers after it (the
+kubelet's CPU, device and memory reuse), except a restartable sidecar's, which it keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from numasched.api.allocation import ContainerAllocation, PodAllocation
+from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.idset import IdSet
+from numasched.api.numamask import NumaMask
+from numasched.api.task import ContainerInfo, TaskInfo
+from numasched.api.topology import NumaTopology, TopologyPolicy, TopologyScope
+from numasched.plugins.numaaware.policy import merge
+from numasched.plugins.numaaware.providers.base import (
+    Assigned,
+    FreeResources,
+    HintProvider,
+    HintRequest,
+    ProviderAllocation,
+    ProviderError,
+)
+
+_GIB = 1 << 30
+
+
+@attrs.frozen(slots=True)
+class Placement:
+    """The outcome of aligning a pod on a node: admitted with an allocation, or a reason."""
+
+    admitted: bool
+    reason: str = ""
+    allocation: PodAllocation | None = None
+    # NUMA nodes touched by everything assigned (CPUs, devices, memory); empty when nothing is pinned.
+    numa: NumaMask = attrs.field(factory=NumaMask)
+
+
+def containers_in_order(task: TaskInfo) -> list[ContainerInfo]:
+    """Init containers first, in their order, then app containers: the kubelet's admission order."""
+    return [c for c in task.containers if c.init] + [c for c in task.containers if not c.init]
+
+
+def container_request(task: TaskInfo, container: ContainerInfo) -> HintRequest:
+    return HintRequest(
+        pod=task.key,
+        container=container.name,
+        requests=container.requests,
+        qos=task.qos,
+        scope=TopologyScope.CONTAINER,
+        containers=(container,),
+        limits=container.limits,
+    )
+
+
+def pod_request(task: TaskInfo) -> HintRequest:
+    return HintRequest(
+        pod=task.key,
+        container="",
+        requests=task.init_resreq,
+        qos=task.qos,
+        scope=TopologyScope.POD,
+        containers=tuple(containers_in_order(task)),
+    )
+
+
+# -- free-resource bookkeeping between containers ---------------------------------------------------
+
+
+def _union(first: FreeResources, second: FreeResources) -> FreeResources:
+    devices = {
+        resource: tuple(dict.fromkeys((*first.free_devices(resource), *second.free_devices(resource))))
+        for resource in set(first.devices) | set(second.devices)
+    }
+    memory: dict[str, dict[int, int]] = {}
+    for source in (first.memory, second.memory):
+        for resource, per_numa in source.items():
+            target = memory.setdefault(resource, {})
+            for numa, size in per_numa.items():
+                target[numa] = target.get(numa, 0) + size
+    return FreeResources(first.cpus | second.cpus, devices, memory, first.memory_groups)
+
+
+def _take(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
+    """The pool without what was assigned (memory: as much of it as the pool holds)."""
+    cpus = pool.cpus
+    devices = dict(pool.devices)
+    memory = {resource: dict(per_numa) for resource, per_numa in pool.memory.items()}
+    for resource, value in assigned.items():
+        if isinstance(value, IdSet):
+            cpus = cpus - value
+        elif isinstance(value, tuple):
+            taken = set(value)
+            devices[resource] = tuple(device for device in pool.free_devices(resource) if device not in taken)
+        else:
+            per_numa = memory.setdefault(resource, {})
+            for numa, size in value.items():
+                per_numa[numa] = max(0, per_numa.get(numa, 0) - size)
+    return FreeResources(cpus, devices, memory, pool.memory_groups)
+
+
+def _add(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
+    devices = {resource: value for resource, value in assigned.items() if isinstance(value, tuple)}
+    memory = {resource: dict(value) for resource, value in assigned.items() if not isinstance(value, IdSet | tuple)}
+    cpus = IdSet()
+    for value in assigned.values():
+        if isinstance(value, IdSet):
+            cpus = cpus | value
+    return _union(pool, FreeResources(cpus, devices, memory))
+
+
+def _memory_groups(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
+    """A container's pinned memory forms a group later containers must respect."""
+    ids = {
+        numa
+        for value in assigned.values()
+        if not isinstance(value, IdSet | tuple)
+        for numa, size in value.items()
+        if size
+    }
+    if not ids:
+        return pool
+    return attrs.evolve(pool, memory_groups=pool.memory_groups | {NumaMask.from_ids(ids)})
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+def _format_amount(resource: str, amount: float) -> str:
+    if resource == "memory" or resource.startswith("hugepages-"):
+        return f"{amount / _GIB:g}Gi" if amount >= _GIB else f"{amount:g}"
+    return f"{amount:g}"
+
+
+def free_per_numa(resource: str, topology: NumaTopology, free: FreeResources) -> dict[int, str]:
+    """What is free of a resource on each NUMA node, for a person reading a fit error."""
+    numa_ids = sorted(topology.numa_ids)
+    if resource == "cpu":
+        return {numa: str(len(free.cpus & topology.cpus_by_numa.get(numa, IdSet()))) for numa in numa_ids}
+    if resource in free.memory:
+        per_numa = free.memory[resource]
+        return {numa: _format_amount(resource, per_numa.get(numa, 0)) for numa in numa_ids}
+    group = topology.devices.get(resource)
+    if group is not None:
+        counts = dict.fromkeys(numa_ids, 0)
+        for device in free.free_devices(resource):
+            info = group.by_id.get(device)
+            if info is not None and info.numa in counts:
+                counts[info.numa] += 1
+        return {numa: str(count) for numa, count in counts.items()}
+    return {}
+
+
+def _where(policy: TopologyPolicy) -> str:
+    if policy is TopologyPolicy.SINGLE_NUMA_NODE:
+        return "on 1 NUMA node"
+    return "on the fewest NUMA nodes that could hold it"
+
+
+def rejection_reason(
+    request: HintRequest,
+    providers_hints: Sequence[ResourceHints | None],
+    policy: TopologyPolicy,
+    topology: NumaTopology,
+    free: FreeResources,
+) -> str:
+    """Name the resource the merge could not align (or the resources that conflict)."""
+    resources: list[str] = []
+    for provider_hints in providers_hints:
+        for resource, hints in (provider_hints or {}).items():
+            resources.append(resource)
+            _, alone = merge(policy, [{resource: hints}], topology.numa_ids)
+            if not alone:
+                amount = _format_amount(resource, request.amount(resource))
+                return _with_free(
+                    f"{request.describe()}: {resource} {amount} cannot be aligned {_where(policy)}",
+                    [resource],
+                    topology,
+                    free,
+                )
+    names = " and ".join(resources) or "its resources"
+    return _with_free(
+        f"{request.describe()}: {names} cannot be aligned together {_where(policy)}", resources, topology, free
+    )
+
+
+def _with_free(message: str, resources: Sequence[str], topology: NumaTopology, free: FreeResources) -> str:
+    parts: list[str] = []
+    for resource in resources:
+        per_numa = free_per_numa(resource, topology, free)
+        if per_numa:
+            text = ", ".join(f"{numa}->{value}" for numa, value in per_numa.items())
+            parts.append(text if len(resources) == 1 else f"{resource} {text}")
+    return f"{message} (free per NUMA: {'; '.join(parts)})" if parts else message
+
+
+# -- the walk ---------------------------------------------------------------------------------------
+
+
+def _assigned_numa(assigned: Mapping[str, Assigned], topology: NumaTopology) -> NumaMask:
+    ids: set[int] = set()
+    for resource, value in assigned.items():
+        if isinstance(value, IdSet):
+            ids.update(topology.cpu_info[cpu].numa for cpu in value if cpu in topology.cpu_info)
+        elif isinstance(value, tuple):
+            group = topology.devices.get(resource)
+            if group is not None:
+                for device in value:
+                    info = group.by_id.get(device)
+                    if info is not None and info.numa is not None:
+                        ids.add(info.numa)
+        else:
+            ids.update(numa for numa, size in value.items() if size)
+    return NumaMask.from_ids(ids)
+
+
+def _container_allocation(name: str, assigned: Mapping[str, Assigned], numa: NumaMask) -> ContainerAllocation:
+    cpuset = IdSet()
+    devices: dict[str, tuple[str, ...]] = {}
+    memory: dict[str, dict[int, int]] = {}
+    for resource, value in assigned.items():
+        if isinstance(value, IdSet):
+            cpuset = cpuset | value
+        elif isinstance(value, tuple):
+            if value:
+                devices[resource] = value
+        elif value:
+            memory[resource] = dict(value)
+    return ContainerAllocation(name, cpuset, numa if numa.count() else None, devices, memory)
+
+
+def _allocate(
+    request: HintRequest,
+    hint: TopologyHint,
+    providers: Sequence[HintProvider],
+    topology: NumaTopology,
+    free: FreeResources,
+) -> ProviderAllocation:
+    assigned: ProviderAllocation = {}
+    pool = free
+    for provider in providers:
+        chosen = provider.allocate(request, hint, topology, pool)
+        assigned.update(chosen)
+        pool = _take(pool, chosen)
+    return assigned
+
+
+def _hints(
+    request: HintRequest, providers: Sequence[HintProvider], topology: NumaTopology, free: FreeResources
+) -> list[ResourceHints | None]:
+    return [provider.hints(request, topology, free) for provider in providers]
+
+
+def place_pod(
+    task: TaskInfo,
+    topology: NumaTopology,
+    free: FreeResources,
+    providers: Sequence[HintProvider],
+    policy: TopologyPolicy,
+    *,
+    scope: TopologyScope | None = None,
+) -> Placement:
+    """Align every container of the task on this node, or say why the kubelet would refuse it."""
+    scope = scope or topology.policies.topology_manager_scope
+    closest = topology.policies.prefer_closest_numa_nodes
+    pod_hint: TopologyHint | None = None
+    if scope is TopologyScope.POD and policy is not TopologyPolicy.NONE:
+        request = pod_request(task)
+        providers_hints = _hints(request, providers, topology, free)
+        pod_hint, admitted = merge(
+            policy, providers_hints, topology.numa_ids, prefer_closest=closest, distances=topology.distances
+        )
+        if not admitted:
+            return Placement(False, rejection_reason(request, providers_hints, policy, topology, free))
+
+    available = free
+    reusable = FreeResources()
+    allocations: list[ContainerAllocation] = []
+    touched = NumaMask()
+    for container in containers_in_order(task):
+        request = container_request(task, container)
+        pool = _union(available, reusable)
+        if pod_hint is not None:
+            hint = pod_hint
+        elif policy is TopologyPolicy.NONE:
+            hint = TopologyHint(None, False)
+        else:
+            providers_hints = _hints(request, providers, topology, pool)
+            hint, admitted = merge(
+                policy, providers_hints, topology.numa_ids, prefer_closest=closest, distances=topology.distances
+            )
+            if not admitted:
+                return Placement(False, rejection_reason(request, providers_hints, policy, topology, pool))
+        try:
+            assigned = _allocate(request, hint, providers, topology, pool)
+        except ProviderError as error:
+            return Placement(False, f"{request.describe()}: {error}")
+        available = _memory_groups(_take(available, assigned), assigned)
+        reusable = _take(reusable, assigned)
+        if container.init and not container.sidecar:
+            reusable = _add(reusable, assigned)
+        numa = _assigned_numa(assigned, topology)
+        touched = touched | numa
+        allocation = _container_allocation(container.name, assigned, numa)
+        if allocation.cpuset or allocation.devices or allocation.memory:
+            allocations.append(allocation)
+    return Placement(True, "", PodAllocation(tuple(allocations)) if allocations else None, touched)
