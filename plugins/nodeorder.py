@@ -1,0 +1,218 @@
+"""nodeorder: score nodes by how their CPU and memory would be used (Volcano's nodeorder plugin).
+
+Scores are kube-scheduler's, each 0-100, multiplied by its weight and summed:
+- leastrequested (NodeResourcesFit LeastAllocated): the emptier node wins;
+- mostrequested (NodeResourcesFit MostAllocated): the fuller node wins (off by default);
+- balancedresource (NodeResourcesBalancedAllocation): the node whose CPU and memory fractions
+  stay closest to each other wins.
+CPU and memory weigh the same, as kube-scheduler's default resource list has them. The least and
+most requested scores count a container with no request as 100m CPU and 200Mi memory (kube-
+scheduler's non-zero requests), so best-effort pods still spread; the balanced score counts
+requests as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from numasched.api.node import NodeInfo
+from numasched.api.task import TaskInfo
+from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.session import Session
+
+PLUGIN_NAME = "nodeorder"
+
+LEAST_REQUESTED_WEIGHT = "leastrequested.weight"
+MOST_REQUESTED_WEIGHT = "mostrequested.weight"
+BALANCED_RESOURCE_WEIGHT = "balancedresource.weight"
+
+MAX_NODE_SCORE = 100
+# kube-scheduler's stand-ins for a container that requests nothing.
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+
+@attrs.frozen(slots=True)
+class NodeOrderWeights:
+    least_requested: int = 1
+    balanced_resource: int = 1
+    most_requested: int = 0
+
+    @classmethod
+    def from_arguments(cls, arguments: Arguments) -> NodeOrderWeights:
+        return cls(
+            least_requested=arguments.get_int(LEAST_REQUESTED_WEIGHT, 1),
+            balanced_resource=arguments.get_int(BALANCED_RESOURCE_WEIGHT, 1),
+            most_requested=arguments.get_int(MOST_REQUESTED_WEIGHT, 0),
+        )
+
+    def any_enabled(self) -> bool:
+        return any((self.least_requested, self.balanced_resource, self.most_requested))
+
+
+# -- per-resource scores (integer arithmetic, as kube-scheduler's int64) ------------------------
+
+
+def least_requested_score(requested: int, capacity: int) -> int:
+    """100 for an empty resource, 0 for a full (or overfull) one."""
+    if capacity <= 0 or requested > capacity:
+        return 0
+    return ((capacity - requested) * MAX_NODE_SCORE) // capacity
+
+
+def most_requested_score(requested: int, capacity: int) -> int:
+    """100 for a full resource; non-zero defaults may push requested past capacity, which counts
+    as full."""
+    if capacity <= 0:
+        return 0
+    return (min(requested, capacity) * MAX_NODE_SCORE) // capacity
+
+
+def weighted_resource_score(
+    requested: Sequence[int],
+    allocatable: Sequence[int],
+    weights: Sequence[int],
+    score: Callable[[int, int], int],
+) -> int:
+    """The weighted mean of a per-resource score, over resources the node has any of."""
+    total = weight_sum = 0
+    for wanted, capacity, weight in zip(requested, allocatable, weights, strict=True):
+        if capacity == 0:
+            continue
+        total += score(wanted, capacity) * weight
+        weight_sum += weight
+    return total // weight_sum if weight_sum else 0
+
+
+def balanced_resource_score(requested: Sequence[float], allocatable: Sequence[float]) -> int:
+    """100 * (1 - the standard deviation of the used fractions); resources the node lacks are
+    left out, and a fraction above 1 counts as 1."""
+    fractions = [
+        min(wanted / capacity, 1.0) for wanted, capacity in zip(requested, allocatable, strict=True) if capacity
+    ]
+    deviation = 0.0
+    if len(fractions) == 2:
+        deviation = abs(fractions[0] - fractions[1]) / 2
+    elif len(fractions) > 2:
+        mean = sum(fractions) / len(fractions)
+        deviation = math.sqrt(sum((fraction - mean) ** 2 for fraction in fractions) / len(fractions))
+    return int((1 - deviation) * MAX_NODE_SCORE)
+
+
+# -- requests ------------------------------------------------------------------------------------
+
+
+def _non_zero(milli_cpu: float, memory: float) -> tuple[int, int]:
+    return (
+        round(milli_cpu) if milli_cpu > 0 else DEFAULT_MILLI_CPU_REQUEST,
+        round(memory) if memory > 0 else DEFAULT_MEMORY_REQUEST,
+    )
+
+
+def non_zero_request(task: TaskInfo) -> tuple[int, int]:
+    """(milli-CPU, memory bytes) the task counts for in the least / most requested scores.
+
+    Per container, a missing request is the default; then kube-scheduler's pod sum: regular
+    containers and sidecars add up, and each init container runs beside the sidecars started
+    before it, so the pod needs the larger of the two.
+    """
+    if not task.containers:
+        return _non_zero(task.init_resreq.milli_cpu, task.init_resreq.memory)
+    running_cpu = running_memory = 0
+    sidecar_cpu = sidecar_memory = 0
+    init_cpu = init_memory = 0
+    for container in task.containers:
+        cpu, memory = _non_zero(container.requests.milli_cpu, container.requests.memory)
+        if not container.init:
+            running_cpu += cpu
+            running_memory += memory
+        elif container.sidecar:
+            running_cpu += cpu
+            running_memory += memory
+            sidecar_cpu += cpu
+            sidecar_memory += memory
+            init_cpu = max(init_cpu, sidecar_cpu)
+            init_memory = max(init_memory, sidecar_memory)
+        else:
+            init_cpu = max(init_cpu, cpu + sidecar_cpu)
+            init_memory = max(init_memory, memory + sidecar_memory)
+    return max(running_cpu, init_cpu), max(running_memory, init_memory)
+
+
+def node_non_zero_requested(
+    node: NodeInfo, request_of: Callable[[TaskInfo], tuple[int, int]] = non_zero_request
+) -> tuple[int, int]:
+    """The non-zero requests of every task the node holds."""
+    cpu = memory = 0
+    for task in node.tasks.values():
+        task_cpu, task_memory = request_of(task)
+        cpu += task_cpu
+        memory += task_memory
+    return cpu, memory
+
+
+# -- the node's score ----------------------------------------------------------------------------
+
+
+def node_score(
+    task: TaskInfo,
+    node: NodeInfo,
+    weights: NodeOrderWeights,
+    request_of: Callable[[TaskInfo], tuple[int, int]] = non_zero_request,
+) -> float:
+    """The weighted sum of the enabled scores for placing task on node."""
+    allocatable = (round(node.allocatable.milli_cpu), round(node.allocatable.memory))
+    resource_weights = (1, 1)
+    score = 0.0
+    if weights.least_requested or weights.most_requested:
+        task_cpu, task_memory = request_of(task)
+        node_cpu, node_memory = node_non_zero_requested(node, request_of)
+        requested = (node_cpu + task_cpu, node_memory + task_memory)
+        if weights.least_requested:
+            least = weighted_resource_score(requested, allocatable, resource_weights, least_requested_score)
+            score += least * weights.least_requested
+        if weights.most_requested:
+            most = weighted_resource_score(requested, allocatable, resource_weights, most_requested_score)
+            score += most * weights.most_requested
+    if weights.balanced_resource:
+        used = (
+            node.used.milli_cpu + task.init_resreq.milli_cpu,
+            node.used.memory + task.init_resreq.memory,
+        )
+        capacity = (node.allocatable.milli_cpu, node.allocatable.memory)
+        score += balanced_resource_score(used, capacity) * weights.balanced_resource
+    return score
+
+
+class NodeOrderPlugin:
+    name = PLUGIN_NAME
+
+    def __init__(self, arguments: Arguments) -> None:
+        self.arguments = arguments
+        self.weights = NodeOrderWeights.from_arguments(arguments)
+        # A task's requests do not change within a session; a node may hold many tasks.
+        self._requests: dict[str, tuple[int, int]] = {}
+
+    def _request_of(self, task: TaskInfo) -> tuple[int, int]:
+        request = self._requests.get(task.uid)
+        if request is None:
+            request = self._requests[task.uid] = non_zero_request(task)
+        return request
+
+    def score(self, task: TaskInfo, node: NodeInfo) -> float:
+        return node_score(task, node, self.weights, self._request_of)
+
+    def on_session_open(self, ssn: Session) -> None:
+        self._requests.clear()
+        if self.weights.any_enabled():
+            ssn.add_node_order_fn(self.name, self.score)
+
+    def on_session_close(self, ssn: Session) -> None:
+        self._requests.clear()
+
+
+def build(arguments: Arguments) -> NodeOrderPlugin:
+    return NodeOrderPlugin(arguments)
