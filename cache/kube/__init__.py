@@ -1,0 +1,1 @@
+"""The Kubernetes side of the cache: informers, the binder and the status writer on kubernetes_asyncio."""

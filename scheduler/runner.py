@@ -1,0 +1,435 @@
+"""`numasched run`: the scheduler against a real Kubernetes API server.
+
+Informers feed the cache; the leader (a Lease) runs the scheduling loop, which binds through the
+API; /healthz, /readyz and /metrics answer on the metrics address. SIGTERM finishes the cycle in
+progress (its binds included), releases the Lease and exits; losing the Lease stops scheduling at
+once and exits non-zero so the Deployment restarts the instance with a clean state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import structlog
+from kubernetes_asyncio import client, config
+
+from numasched.cache.binder import BindStatus
+from numasched.cache.cache import Cache
+from numasched.cache.kube.binder import DEFAULT_REPEAT_INTERVAL_S, KubeBinder, KubeStatusReporter
+from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, Informer, InformerTiming
+from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef, build_informers
+from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
+from numasched.conf.loader import ConfigError
+from numasched.conf.watch import ConfigSource, watch_config_file
+from numasched.scheduler.health import HealthServer
+from numasched.scheduler.leader import DEFAULT_LEASE_TIMING, LeaderElector, LeaseTiming, LostLease, default_identity
+from numasched.scheduler.loop import DEFAULT_BIND_CONCURRENCY, CycleResult, run_loop
+from numasched.scheduler.metrics import SchedulerMetrics
+from numasched.scheduler.registry import Registry, default_registry
+
+log = structlog.get_logger("numasched.runner")
+
+EXIT_OK = 0
+EXIT_LOST_LEASE = 2
+EXIT_BAD_CONFIG = 3
+# Namespace of the pod, from the downward API or the service account mount.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def parse_duration(text: str) -> float:
+    """'1s', '500ms', '2m', '1.5' (seconds)."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    stripped = text.strip()
+    for suffix in ("ms", "s", "m", "h"):
+        if stripped.endswith(suffix):
+            number, scale = stripped[: -len(suffix)], units[suffix]
+            break
+    else:
+        number, scale = stripped, 1.0
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 1s, 500ms, 2m)") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
+    return value
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="kubeconfig file; in-cluster config when absent"
+    )
+    parser.add_argument("--context", default=None, help="kubeconfig context to use")
+    parser.add_argument(
+        "--scheduler-name",
+        action="append",
+        dest="scheduler_names",
+        help="schedulerName of the pods to place (repeatable; default numasched)",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", type=Path, help="volcano-scheduler.conf file (reloaded when it changes)")
+    source.add_argument(
+        "--config-map", type=ConfigMapRef.parse, help="NAMESPACE/NAME[:KEY] of the scheduler ConfigMap (watched)"
+    )
+    parser.add_argument("--schedule-period", type=parse_duration, default=1.0, help="time between cycles (default 1s)")
+    parser.add_argument(
+        "--leader-elect", action=argparse.BooleanOptionalAction, default=True, help="run leader election (default on)"
+    )
+    parser.add_argument("--lease-name", default="numasched", help="name of the Lease (default numasched)")
+    parser.add_argument(
+        "--lease-namespace", default=None, help="namespace of the Lease (default: the pod's, else kube-system)"
+    )
+    parser.add_argument("--lease-duration", type=parse_duration, default=15.0)
+    parser.add_argument("--renew-deadline", type=parse_duration, default=10.0)
+    parser.add_argument("--retry-period", type=parse_duration, default=2.0)
+    parser.add_argument("--identity", default=None, help="leader election identity (default host_pid_random)")
+    parser.add_argument("--metrics-addr", default=":10259", help="HOST:PORT for /healthz /readyz /metrics; '' disables")
+    parser.add_argument(
+        "--bind-concurrency", type=int, default=DEFAULT_BIND_CONCURRENCY, help="binds in flight at once"
+    )
+    parser.add_argument("--request-timeout", type=parse_duration, default=10.0, help="timeout of every API call")
+    parser.add_argument(
+        "--event-repeat-interval",
+        type=parse_duration,
+        default=DEFAULT_REPEAT_INTERVAL_S,
+        help="min time between identical unschedulable reports for a pod",
+    )
+    parser.add_argument(
+        "--shutdown-grace", type=parse_duration, default=30.0, help="time to finish in-flight binds on SIGTERM"
+    )
+    parser.add_argument("--log-format", choices=("json", "console"), default="json")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+
+
+@attrs.frozen(slots=True)
+class RunOptions:
+    scheduler_names: tuple[str, ...] = ("numasched",)
+    config_file: Path | None = None
+    config_map: ConfigMapRef | None = None
+    schedule_period: float = 1.0
+    leader_elect: bool = True
+    lease_name: str = "numasched"
+    lease_namespace: str = "kube-system"
+    lease_timing: LeaseTiming = DEFAULT_LEASE_TIMING
+    identity: str = ""
+    metrics_addr: str = ""
+    bind_concurrency: int = DEFAULT_BIND_CONCURRENCY
+    request_timeout: float = 10.0
+    event_repeat_interval: float = DEFAULT_REPEAT_INTERVAL_S
+    shutdown_grace: float = 30.0
+    informer_timing: InformerTiming = DEFAULT_INFORMER_TIMING
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunOptions:
+        return cls(
+            scheduler_names=tuple(args.scheduler_names or ("numasched",)),
+            config_file=args.config,
+            config_map=args.config_map,
+            schedule_period=args.schedule_period,
+            leader_elect=args.leader_elect,
+            lease_name=args.lease_name,
+            lease_namespace=args.lease_namespace or own_namespace(),
+            lease_timing=LeaseTiming(args.lease_duration, args.renew_deadline, args.retry_period),
+            identity=args.identity or default_identity(),
+            metrics_addr=args.metrics_addr,
+            bind_concurrency=max(1, args.bind_concurrency),
+            request_timeout=args.request_timeout,
+            event_repeat_interval=args.event_repeat_interval,
+            shutdown_grace=args.shutdown_grace,
+            informer_timing=InformerTiming(request_timeout=args.request_timeout),
+        )
+
+
+def own_namespace() -> str:
+    from_env = os.environ.get("POD_NAMESPACE")
+    if from_env:
+        return from_env
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "kube-system"
+    except OSError:
+        return "kube-system"
+
+
+def configure_logging(log_format: str, level: str) -> None:
+    renderer: Any = structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+async def client_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:
+    configuration = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return configuration
+
+
+class SchedulerRunner:
+    """One scheduler instance: informers, health, leader election, the loop."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        options: RunOptions,
+        *,
+        registry: Registry | None = None,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
+        self.options = options
+        self.registry = registry or default_registry(with_entry_points=True)
+        self.metrics = metrics or SchedulerMetrics()
+        self.cache = Cache(options.scheduler_names, on_problem=self._on_problem)
+        self.binder = KubeBinder(api_client, timeout=options.request_timeout)
+        self.reporter = KubeStatusReporter(
+            api_client,
+            scheduler_name=options.scheduler_names[0],
+            timeout=options.request_timeout,
+            repeat_interval=options.event_repeat_interval,
+            instance=options.identity,
+        )
+        self.config_source = self._initial_config_source()
+        self.config_feed = (
+            ConfigMapFeed(self.config_source, options.config_map, self._report_rejected_config)
+            if options.config_map is not None
+            else None
+        )
+        self.informers: list[Informer] = build_informers(
+            api_client, self.cache, config_feed=self.config_feed, timing=options.informer_timing
+        )
+        self.elector = (
+            LeaderElector(
+                api_client,
+                namespace=options.lease_namespace,
+                name=options.lease_name,
+                identity=options.identity or None,
+                timing=options.lease_timing,
+                request_timeout=min(options.request_timeout, options.lease_timing.retry_period),
+            )
+            if options.leader_elect
+            else None
+        )
+        self.health = HealthServer(self.metrics, live=self._live, ready=self._ready)
+        self.stop_requested = anyio.Event()
+        self._scheduling_stopped = anyio.Event()
+        self._acquiring: anyio.CancelScope | None = None
+        self.cycles = 0
+        self._last_cycle_end = time.monotonic()
+
+    def _initial_config_source(self) -> ConfigSource:
+        known_plugins = self.registry.known_plugin_names()
+        known_actions = self.registry.known_action_names()
+        if self.options.config_file is not None:
+            return ConfigSource.from_file(self.options.config_file, known_plugins, known_actions)
+        # With a ConfigMap, the defaults stand until its first good text arrives.
+        return ConfigSource.from_text(DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME, known_plugins, known_actions)
+
+    # -- probes ---------------------------------------------------------------------------------
+
+    def _live(self) -> str | None:
+        if self.stop_requested.is_set():
+            return None
+        stalled = time.monotonic() - self._last_cycle_end
+        leading = self.elector is None or self.elector.is_leader
+        # A cycle stuck for many periods means the loop is wedged; a restart is the cure.
+        limit = max(60.0, 30 * self.options.schedule_period)
+        if leading and self.cycles and stalled > limit:
+            return f"no scheduling cycle finished for {stalled:.0f}s"
+        return None
+
+    def _ready(self) -> str | None:
+        unsynced = [informer.kind for informer in self.informers if not informer.synced.is_set()]
+        if unsynced:
+            return f"waiting for the first list of: {', '.join(unsynced)}"
+        return None
+
+    # -- callbacks ------------------------------------------------------------------------------
+
+    def _on_problem(self, kind: str, name: str, message: str) -> None:
+        log.warning("object not usable", kind=kind, object=name, problem=message)
+
+    async def _report_rejected_config(self, obj: Mapping[str, Any], message: str) -> None:
+        self.metrics.config_rejected.inc()
+        metadata = obj.get("metadata") or {}
+        reference = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "namespace": metadata.get("namespace", ""),
+            "name": metadata.get("name", ""),
+            "uid": metadata.get("uid", ""),
+        }
+        await self.reporter.event(reference, "Warning", "InvalidConfiguration", message)
+
+    def _on_cycle(self, result: CycleResult) -> None:
+        self.cycles += 1
+        self._last_cycle_end = time.monotonic()
+        metrics = self.metrics
+        metrics.cycle_duration.observe(result.seconds)
+        requests = {request.task.uid: request for request in result.session.bind_requests}
+        now = time.time()
+        for uid, outcome in result.outcomes.items():
+            if outcome.status is BindStatus.BOUND:
+                metrics.schedule_attempts.labels(result="scheduled").inc()
+                metrics.attempt_duration.labels(result="scheduled").observe(result.seconds)
+                request = requests.get(uid)
+                if request is not None:
+                    created = request.task.creation_timestamp
+                    if created > 0:
+                        metrics.e2e_duration.observe(max(0.0, now - created))
+                    metrics.observe_placement(request.task.allocation)
+            else:
+                metrics.schedule_attempts.labels(result="error").inc()
+                metrics.attempt_duration.labels(result="error").observe(result.seconds)
+                metrics.bind_errors.labels(status=outcome.status.value).inc()
+        unschedulable = len(result.session.unschedulable)
+        if unschedulable:
+            metrics.schedule_attempts.labels(result="unschedulable").inc(unschedulable)
+            metrics.attempt_duration.labels(result="unschedulable").observe(result.seconds)
+        metrics.pending_pods.set(unschedulable)
+
+    # -- running --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Graceful stop: finish the cycle in progress, release the Lease, return."""
+        if not self.stop_requested.is_set():
+            log.info("stopping")
+        self.stop_requested.set()
+        if self._acquiring is not None:
+            self._acquiring.cancel()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> int:
+        """Run until stop() (exit 0) or the Lease is lost (EXIT_LOST_LEASE)."""
+        async with anyio.create_task_group() as background:
+            if self.options.metrics_addr:
+                await background.start(self.health.serve, self.options.metrics_addr)
+            for informer in self.informers:
+                background.start_soon(informer.run)
+            if self.config_feed is not None:
+                background.start_soon(self.config_feed.report)
+            if self.options.config_file is not None:
+                background.start_soon(watch_config_file, self.config_source, self.options.config_file)
+            task_status.started()
+            code = await self._elect_and_schedule()
+            background.cancel_scope.cancel()
+        log.info("stopped", exit_code=code, cycles=self.cycles)
+        return code
+
+    async def _wait_for_sync(self) -> bool:
+        """Scheduling before every bound pod is known would hand out CPUs and devices twice."""
+        for informer in self.informers:
+            with anyio.CancelScope() as scope:
+                self._acquiring = scope
+                await informer.synced.wait()
+            self._acquiring = None
+            if self.stop_requested.is_set():
+                return False
+        log.info("caches synced", kinds=[informer.kind for informer in self.informers])
+        return True
+
+    async def _elect_and_schedule(self) -> int:
+        if not await self._wait_for_sync():
+            return EXIT_OK
+        if self.elector is None:
+            await self._schedule()
+            return EXIT_OK
+        with anyio.CancelScope() as scope:
+            self._acquiring = scope
+            await self.elector.acquire()
+        self._acquiring = None
+        if self.stop_requested.is_set():
+            if self.elector.is_leader:
+                await self.elector.release()
+            return EXIT_OK
+        try:
+            await self.elector.hold(self._schedule)
+        except LostLease as lost:
+            log.error("leadership lost; scheduling stopped", error=str(lost))
+            return EXIT_LOST_LEASE
+        finally:
+            self.metrics.leader.set(0)
+        return EXIT_OK
+
+    async def _schedule(self) -> None:
+        self.metrics.leader.set(1)
+        log.info("scheduling", period=self.options.schedule_period, config=self.config_source.current().actions)
+        await run_loop(
+            self.cache,
+            self.config_source.current,
+            self.registry,
+            self.binder,
+            self.reporter,
+            period_s=self.options.schedule_period,
+            stop=self.stop_requested,
+            bind_concurrency=self.options.bind_concurrency,
+            on_cycle=self._on_cycle,
+        )
+
+
+async def run_scheduler(args: argparse.Namespace) -> int:
+    """The `numasched run` command."""
+    configure_logging(args.log_format, args.log_level)
+    try:
+        options = RunOptions.from_args(args)
+    except ValueError as error:
+        log.error("invalid options", error=str(error))
+        return EXIT_BAD_CONFIG
+    try:
+        configuration = await client_configuration(args.kubeconfig, args.context)
+    except (config.ConfigException, OSError, ValueError) as error:
+        log.error("no usable Kubernetes client configuration", kubeconfig=args.kubeconfig, error=str(error))
+        return EXIT_BAD_CONFIG
+    async with client.ApiClient(configuration) as api_client:
+        try:
+            runner = SchedulerRunner(api_client, options)
+        except ConfigError as error:
+            log.error("invalid scheduler configuration", error=str(error))
+            return EXIT_BAD_CONFIG
+        async with anyio.create_task_group() as group:
+
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for received in signals:
+                        log.info("signal received; finishing in-flight work", signal=signal.Signals(received).name)
+                        runner.stop()
+                        group.start_soon(_force_exit_after, options.shutdown_grace)
+
+            group.start_soon(stop_on_signal)
+            code = await runner.run()
+            group.cancel_scope.cancel()
+    return code
+
+
+async def _force_exit_after(grace: float) -> None:
+    await anyio.sleep(grace)
+    log.error("shutdown grace period over; exiting with work in flight", grace=grace)
+    os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="numasched run", description=__doc__)
+    add_run_arguments(parser)
+    return anyio.run(run_scheduler, parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
