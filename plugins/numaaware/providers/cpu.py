@@ -122,7 +122,7 @@ class StaticPolicyOptions:
     def of(cls, topology: NumaTopology) -> StaticPolicyOptions:
         options, problems = cls.parse(topology.policies.cpu_manager_options)
         for problem in problems:
-            log.warning("cpu manager options", node=topology.node_name, problem=problem)
+            log.debug("cpu manager options", node=topology.node_name, problem=problem)
         return options
 
 
