@@ -1,0 +1,221 @@
+"""schedule_cycle and run_loop against an in-memory cache, binder and reporter."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from numasched.api.allocation import PodAllocation
+from numasched.api.job import JobInfo
+from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
+from numasched.api.snapshot import ClusterSnapshot
+from numasched.api.task import TaskInfo
+from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
+from numasched.conf.model import PluginOption, SchedulerConfig, Tier
+from numasched.scheduler.loop import CycleResult, run_loop, schedule_cycle
+from numasched.scheduler.registry import default_registry
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_task(uid: str, gpus: int) -> TaskInfo:
+    request = Resource(milli_cpu=1000, memory=1e9, scalars={GPU: gpus * 1000.0})
+    return TaskInfo(uid=uid, namespace="ns", name=uid, job_id=uid, resreq=request, init_resreq=request.clone())
+
+
+class FakeCache:
+    def __init__(self, tasks: list[tuple[str, int]], nodes: int = 1) -> None:
+        self.tasks = tasks
+        self.nodes = nodes
+        self.assumed: dict[str, str] = {}
+        self.forgotten: list[str] = []
+        self.snapshots = 0
+
+    def snapshot(self) -> ClusterSnapshot:
+        self.snapshots += 1
+        snapshot = ClusterSnapshot()
+        for index in range(self.nodes):
+            name = f"n{index}"
+            snapshot.nodes[name] = NodeInfo.create(name, Resource(milli_cpu=64000, memory=1e12, scalars={GPU: 8000}))
+        for uid, gpus in self.tasks:
+            if uid in self.assumed:
+                continue
+            job = JobInfo(uid=uid, namespace="ns", name=uid)
+            job.add_task(make_task(uid, gpus))
+            snapshot.jobs[uid] = job
+        return snapshot
+
+    def assume(self, task_uid: str, node_name: str, allocation: PodAllocation | None) -> None:
+        self.assumed[task_uid] = node_name
+
+    def forget(self, task_uid: str) -> None:
+        self.forgotten.append(task_uid)
+        self.assumed.pop(task_uid, None)
+
+
+class FakeBinder:
+    def __init__(self, outcomes: dict[str, BindOutcome | str] | None = None) -> None:
+        self.outcomes = outcomes or {}
+        self.active = 0
+        self.most_active = 0
+        self.requests: list[BindRequest] = []
+
+    async def bind(self, request: BindRequest) -> BindOutcome:
+        self.requests.append(request)
+        self.active += 1
+        self.most_active = max(self.most_active, self.active)
+        try:
+            await anyio.sleep(0.01)
+            planned = self.outcomes.get(request.task.uid, BindOutcome(BindStatus.BOUND))
+            if planned == "hang":
+                await anyio.sleep(60)
+            if planned == "raise":
+                raise ConnectionError("connection reset by peer")
+            assert isinstance(planned, BindOutcome)
+            return planned
+        finally:
+            self.active -= 1
+
+
+class FakeReporter:
+    def __init__(self) -> None:
+        self.placed: list[tuple[str, str]] = []
+        self.unplaced: list[tuple[str, str]] = []
+        self.jobs: list[tuple[str, str, str]] = []
+
+    async def scheduled(self, task: TaskInfo, node_name: str) -> None:
+        self.placed.append((task.uid, node_name))
+
+    async def unschedulable(self, task: TaskInfo, message: str) -> None:
+        self.unplaced.append((task.uid, message))
+
+    async def job_status(self, job: JobInfo, phase: str, message: str) -> None:
+        self.jobs.append((job.uid, phase, message))
+
+
+CONFIG = SchedulerConfig(actions=("enqueue", "allocate", "backfill"), tiers=(Tier((PluginOption("gang"),)),))
+
+
+@pytest.mark.anyio
+async def test_cycle_assumes_binds_and_reports() -> None:
+    cache = FakeCache([("a", 4), ("b", 4), ("big", 16)])
+    binder, reporter = FakeBinder(), FakeReporter()
+    result = await schedule_cycle(cache, CONFIG, default_registry(), binder, reporter)
+    assert cache.assumed == {"a": "n0", "b": "n0"}
+    assert sorted(r.task.uid for r in binder.requests) == ["a", "b"]
+    assert {uid: outcome.status for uid, outcome in result.outcomes.items()} == {
+        "a": BindStatus.BOUND,
+        "b": BindStatus.BOUND,
+    }
+    assert sorted(reporter.placed) == [("a", "n0"), ("b", "n0")]
+    assert reporter.unplaced == [("big", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")]
+    assert cache.forgotten == []
+
+
+@pytest.mark.anyio
+async def test_failed_timed_out_and_raising_binds_are_forgotten() -> None:
+    cache = FakeCache([("ok", 1), ("conflict", 1), ("failed", 1), ("hang", 1), ("raise", 1)])
+    binder = FakeBinder(
+        {
+            "conflict": BindOutcome(BindStatus.CONFLICT, "already bound"),
+            "failed": BindOutcome(BindStatus.FAILED, "503 Service Unavailable"),
+            "hang": "hang",
+            "raise": "raise",
+        }
+    )
+    reporter = FakeReporter()
+    with anyio.fail_after(10):
+        result = await schedule_cycle(cache, CONFIG, default_registry(), binder, reporter, bind_timeout_s=0.2)
+    assert sorted(cache.forgotten) == ["conflict", "failed", "hang", "raise"]
+    assert cache.assumed == {"ok": "n0"}
+    assert result.outcomes["hang"] == BindOutcome(BindStatus.FAILED, "no answer within 0.2s")
+    assert result.outcomes["raise"] == BindOutcome(BindStatus.FAILED, "ConnectionError: connection reset by peer")
+    assert sorted(reporter.unplaced) == [
+        ("failed", "binding to node n0 failed: 503 Service Unavailable"),
+        ("hang", "binding to node n0 failed: no answer within 0.2s"),
+        ("raise", "binding to node n0 failed: ConnectionError: connection reset by peer"),
+    ]
+    assert reporter.placed == [("ok", "n0")]
+
+
+@pytest.mark.anyio
+async def test_binds_run_concurrently_within_the_limit() -> None:
+    cache = FakeCache([(f"t{i}", 0) for i in range(12)], nodes=2)
+    binder = FakeBinder()
+    await schedule_cycle(cache, CONFIG, default_registry(), binder, FakeReporter(), bind_concurrency=3)
+    assert len(binder.requests) == 12
+    assert binder.most_active == 3
+
+
+@pytest.mark.anyio
+async def test_run_loop_repeats_reads_config_each_cycle_and_stops() -> None:
+    cache = FakeCache([("a", 4)])
+    stop = anyio.Event()
+    configs_read: list[int] = []
+    results: list[CycleResult] = []
+
+    def current_config() -> SchedulerConfig:
+        configs_read.append(len(configs_read))
+        return CONFIG
+
+    def on_cycle(result: CycleResult) -> None:
+        results.append(result)
+        if len(results) == 3:
+            stop.set()
+
+    with anyio.fail_after(10):
+        cycles = await run_loop(
+            cache,
+            current_config,
+            default_registry(),
+            FakeBinder(),
+            FakeReporter(),
+            period_s=0.01,
+            stop=stop,
+            on_cycle=on_cycle,
+        )
+    assert cycles == 3
+    assert len(configs_read) == 3
+    assert [len(result.session.bind_requests) for result in results] == [1, 0, 0]
+
+
+@pytest.mark.anyio
+async def test_run_loop_survives_a_failing_cycle() -> None:
+    cache = FakeCache([("a", 1)])
+    stop = anyio.Event()
+    calls: list[str] = []
+    broken = SchedulerConfig(actions=("no-such-action",))
+
+    def current_config() -> SchedulerConfig:
+        calls.append("read")
+        if len(calls) == 2:
+            stop.set()
+            return CONFIG
+        return broken
+
+    with anyio.fail_after(10):
+        cycles = await run_loop(
+            cache, current_config, default_registry(), FakeBinder(), FakeReporter(), period_s=0.01, stop=stop
+        )
+    assert cycles == 2
+    assert cache.assumed == {"a": "n0"}
+
+
+@pytest.mark.anyio
+async def test_run_loop_rejects_a_bad_period() -> None:
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        await run_loop(
+            FakeCache([]),
+            lambda: CONFIG,
+            default_registry(),
+            FakeBinder(),
+            FakeReporter(),
+            period_s=0,
+            stop=anyio.Event(),
+        )

@@ -1,0 +1,189 @@
+"""Registry (built-ins, entry points, unknown names) and plugin Arguments."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import structlog
+
+from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.registry import (
+    ACTION_GROUP,
+    HINT_PROVIDER_GROUP,
+    PLUGIN_GROUP,
+    Registry,
+    UnknownActionError,
+    UnknownPluginError,
+    default_registry,
+)
+
+
+def test_default_registry_knows_the_builtins() -> None:
+    registry = default_registry()
+    plugins = registry.known_plugin_names()
+    for name in ("priority", "gang", "conformance", "predicates", "nodeorder", "binpack", "numa-aware", "drf"):
+        assert name in plugins
+    assert registry.known_action_names() == ["allocate", "backfill", "enqueue"]
+    assert registry.build_plugin("gang").name == "gang"
+
+
+def test_unknown_names_are_reported_with_the_known_ones() -> None:
+    registry = Registry()
+    registry.register_plugin("gang", lambda arguments: pytest.fail("not built"))
+    with pytest.raises(UnknownPluginError) as caught:
+        registry.plugin("gnag")
+    assert caught.value.name == "gnag"
+    assert str(caught.value) == "unknown plugin 'gnag'; known plugins: gang"
+    with pytest.raises(UnknownActionError, match=r"unknown action 'preempt'; known actions: \(none\)"):
+        registry.action("preempt")
+
+
+def test_registering_a_name_twice_is_refused_unless_replacing() -> None:
+    registry = default_registry()
+    with pytest.raises(ValueError, match="plugin 'gang' is already registered"):
+        registry.register_plugin("gang", lambda arguments: registry.build_plugin("priority"))
+    registry.register_plugin("gang", lambda arguments: registry.build_plugin("priority"), replace=True)
+    assert registry.build_plugin("gang").name == "priority"
+
+
+def _install_distribution(root: Path, module_source: str, entry_points: str) -> None:
+    (root / "acme_sched_ext.py").write_text(textwrap.dedent(module_source))
+    dist_info = root / "acme_sched_ext-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-sched-ext\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+
+
+EXTENSION = """
+    class SpreadPlugin:
+        def __init__(self, arguments):
+            self.name = "acme-spread"
+            self.weight = arguments.get_int("weight", 1)
+
+        def on_session_open(self, ssn):
+            ssn.add_node_order_fn(self.name, lambda task, node: float(self.weight))
+
+        def on_session_close(self, ssn):
+            pass
+
+    class Noop:
+        name = "whatever"
+
+        def execute(self, ssn):
+            ssn.acme_ran = True
+
+    def gpu_hints(arguments):
+        return "acme hint provider"
+
+    not_callable = 42
+"""
+
+
+def test_entry_points_register_plugins_actions_and_hint_providers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _install_distribution(
+        tmp_path,
+        EXTENSION,
+        f"""
+        [{PLUGIN_GROUP}]
+        acme-spread = acme_sched_ext:SpreadPlugin
+        gang = acme_sched_ext:SpreadPlugin
+        broken = acme_sched_ext_missing:Thing
+        [{ACTION_GROUP}]
+        acme-noop = acme_sched_ext:Noop
+        acme-bad = acme_sched_ext:not_callable
+        [{HINT_PROVIDER_GROUP}]
+        acme-gpu = acme_sched_ext:gpu_hints
+        """,
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "acme_sched_ext", raising=False)
+    registry = default_registry()
+    problems = registry.load_entry_points()
+
+    plugin = registry.build_plugin("acme-spread", Arguments({"weight": 7}, plugin="acme-spread"))
+    assert plugin.name == "acme-spread"
+    assert vars(plugin)["weight"] == 7
+    assert registry.build_plugin("gang").name == "gang"  # a built-in is never replaced
+    assert registry.action("acme-noop").name == "acme-noop"
+    assert registry.hint_provider("acme-gpu")(Arguments()) == "acme hint provider"
+    assert "acme-noop" in registry.known_action_names()
+    assert "acme-gpu" in registry.known_hint_provider_names()
+    assert sorted(problem.split(": ")[0] for problem in problems) == [
+        f"entry point acme-bad = acme_sched_ext:not_callable in group {ACTION_GROUP}",
+        f"entry point broken = acme_sched_ext_missing:Thing in group {PLUGIN_GROUP}",
+        f"entry point gang = acme_sched_ext:SpreadPlugin in group {PLUGIN_GROUP}",
+    ]
+    assert any("plugin 'gang' is already registered" in problem for problem in problems)
+    assert any("ModuleNotFoundError" in problem for problem in problems)
+
+
+def test_default_registry_can_load_entry_points_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_distribution(tmp_path, EXTENSION, f"[{PLUGIN_GROUP}]\nacme-spread = acme_sched_ext:SpreadPlugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "acme-spread" not in default_registry().known_plugin_names()
+    assert "acme-spread" in default_registry(with_entry_points=True).known_plugin_names()
+
+
+# --- arguments -----------------------------------------------------------------------------------
+
+
+def test_arguments_typed_getters() -> None:
+    arguments = Arguments(
+        {
+            "weight": 10,
+            "ratio": "0.5",
+            "count": "3",
+            "whole": 4.0,
+            "on": "True",
+            "off": False,
+            "names": "a, b ,,c",
+            "items": ["x", 1],
+            "label": 5,
+            "nested": {"cpu": 1},
+        },
+        plugin="numa-aware",
+    )
+    assert arguments.get_int("weight", 1) == 10
+    assert arguments.get_int("count", 1) == 3
+    assert arguments.get_int("whole", 1) == 4
+    assert arguments.get_int("missing", 9) == 9
+    assert arguments.get_float("ratio", 1.0) == 0.5
+    assert arguments.get_float("weight", 1.0) == 10.0
+    assert arguments.get_bool("on", False) is True
+    assert arguments.get_bool("off", True) is False
+    assert arguments.get_list("names", []) == ["a", "b", "c"]
+    assert arguments.get_list("items", []) == ["x", "1"]
+    assert arguments.get_str("label", "") == "5"
+    assert arguments.get_mapping("nested") == {"cpu": 1}
+    assert dict(arguments)["weight"] == 10
+    assert len(arguments) == 10
+
+
+def test_arguments_bad_values_log_and_fall_back() -> None:
+    arguments = Arguments(
+        {"weight": "heavy", "flag": "perhaps", "ratio": True, "names": {"a": 1}, "label": ["x"], "nested": 3},
+        plugin="binpack",
+    )
+    with structlog.testing.capture_logs() as logs:
+        assert arguments.get_int("weight", 1) == 1
+        assert arguments.get_bool("flag", True) is True
+        assert arguments.get_float("ratio", 0.25) == 0.25
+        assert arguments.get_list("names", ["d"]) == ["d"]
+        assert arguments.get_str("label", "none") == "none"
+        assert arguments.get_mapping("nested", {"k": 1}) == {"k": 1}
+        assert arguments.get_int("flag", 2) == 2
+    assert [(entry["plugin"], entry["key"]) for entry in logs] == [
+        ("binpack", "weight"),
+        ("binpack", "flag"),
+        ("binpack", "ratio"),
+        ("binpack", "names"),
+        ("binpack", "label"),
+        ("binpack", "nested"),
+        ("binpack", "flag"),
+    ]
+    assert all(entry["log_level"] == "warning" for entry in logs)
