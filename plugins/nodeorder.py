@@ -4,7 +4,9 @@ Scores are kube-scheduler's, each 0-100, multiplied by its weight and summed:
 - leastrequested (NodeResourcesFit LeastAllocated): the emptier node wins;
 - mostrequested (NodeResourcesFit MostAllocated): the fuller node wins (off by default);
 - balancedresource (NodeResourcesBalancedAllocation): the node whose CPU and memory fractions
-  stay closest to each other wins.
+  stay closest to each other wins;
+- tainttoleration (TaintToleration): the fewer PreferNoSchedule taints the pod does not tolerate,
+  the higher, relative to the worst candidate node (a batch score).
 CPU and memory weigh the same, as kube-scheduler's default resource list has them. The least and
 most requested scores count a container with no request as 100m CPU and 200Mi memory (kube-
 scheduler's non-zero requests), so best-effort pods still spread; the balanced score counts
@@ -14,12 +16,13 @@ requests as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from numasched.api.node import NodeInfo
-from numasched.api.task import TaskInfo
+from numasched.api.node import NodeInfo, Taint
+from numasched.api.task import TaskInfo, Toleration
+from numasched.plugins.predicates import tolerates
 from numasched.scheduler.arguments import Arguments
 from numasched.scheduler.session import Session
 
@@ -28,6 +31,8 @@ PLUGIN_NAME = "nodeorder"
 LEAST_REQUESTED_WEIGHT = "leastrequested.weight"
 MOST_REQUESTED_WEIGHT = "mostrequested.weight"
 BALANCED_RESOURCE_WEIGHT = "balancedresource.weight"
+TAINT_TOLERATION_WEIGHT = "tainttoleration.weight"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
 
 MAX_NODE_SCORE = 100
 # kube-scheduler's stand-ins for a container that requests nothing.
@@ -40,6 +45,7 @@ class NodeOrderWeights:
     least_requested: int = 1
     balanced_resource: int = 1
     most_requested: int = 0
+    taint_toleration: int = 1
 
     @classmethod
     def from_arguments(cls, arguments: Arguments) -> NodeOrderWeights:
@@ -47,9 +53,10 @@ class NodeOrderWeights:
             least_requested=arguments.get_int(LEAST_REQUESTED_WEIGHT, 1),
             balanced_resource=arguments.get_int(BALANCED_RESOURCE_WEIGHT, 1),
             most_requested=arguments.get_int(MOST_REQUESTED_WEIGHT, 0),
+            taint_toleration=arguments.get_int(TAINT_TOLERATION_WEIGHT, 1),
         )
 
-    def any_enabled(self) -> bool:
+    def any_resource_score(self) -> bool:
         return any((self.least_requested, self.balanced_resource, self.most_requested))
 
 
@@ -100,6 +107,32 @@ def balanced_resource_score(requested: Sequence[float], allocatable: Sequence[fl
         mean = sum(fractions) / len(fractions)
         deviation = math.sqrt(sum((fraction - mean) ** 2 for fraction in fractions) / len(fractions))
     return int((1 - deviation) * MAX_NODE_SCORE)
+
+
+def intolerable_prefer_no_schedule(taints: Iterable[Taint], tolerations: Iterable[Toleration]) -> int:
+    """How many PreferNoSchedule taints none of the pod's tolerations (with no effect, or that
+    effect) covers."""
+    relevant = [toleration for toleration in tolerations if toleration.effect in ("", PREFER_NO_SCHEDULE)]
+    return sum(
+        1
+        for taint in taints
+        if taint.effect == PREFER_NO_SCHEDULE and not any(tolerates(toleration, taint) for toleration in relevant)
+    )
+
+
+def reverse_normalized(counts: Mapping[str, int]) -> dict[str, int]:
+    """kube-scheduler's DefaultNormalizeScore with reverse: the highest count scores 0, none scores
+    100; with no counts at all every node scores 100."""
+    highest = max(counts.values(), default=0)
+    if highest == 0:
+        return {name: MAX_NODE_SCORE for name in counts}
+    return {name: MAX_NODE_SCORE - (MAX_NODE_SCORE * count) // highest for name, count in counts.items()}
+
+
+def taint_toleration_scores(task: TaskInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    return reverse_normalized(
+        {node.name: intolerable_prefer_no_schedule(node.taints, task.tolerations) for node in nodes}
+    )
 
 
 # -- requests ------------------------------------------------------------------------------------
@@ -205,10 +238,16 @@ class NodeOrderPlugin:
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         return node_score(task, node, self.weights, self._request_of)
 
+    def batch_score(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+        weight = self.weights.taint_toleration
+        return {name: float(score * weight) for name, score in taint_toleration_scores(task, nodes).items()}
+
     def on_session_open(self, ssn: Session) -> None:
         self._requests.clear()
-        if self.weights.any_enabled():
+        if self.weights.any_resource_score():
             ssn.add_node_order_fn(self.name, self.score)
+        if self.weights.taint_toleration:
+            ssn.add_batch_node_order_fn(self.name, self.batch_score)
 
     def on_session_close(self, ssn: Session) -> None:
         self._requests.clear()

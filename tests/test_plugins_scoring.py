@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from numasched.api.job import JobInfo
-from numasched.api.node import NodeInfo
+from numasched.api.node import NodeInfo, Taint
 from numasched.api.resource import Resource
 from numasched.api.snapshot import ClusterSnapshot
-from numasched.api.task import ContainerInfo, TaskInfo, TaskStatus
+from numasched.api.task import ContainerInfo, TaskInfo, TaskStatus, Toleration
 from numasched.conf.loader import load_config_text
 from numasched.plugins.binpack import BinpackWeights, binpack_score, resource_binpack_score
 from numasched.plugins.binpack import build as build_binpack
@@ -18,11 +18,14 @@ from numasched.plugins.nodeorder import (
     DEFAULT_MEMORY_REQUEST,
     NodeOrderWeights,
     balanced_resource_score,
+    intolerable_prefer_no_schedule,
     least_requested_score,
     most_requested_score,
     node_non_zero_requested,
     node_score,
     non_zero_request,
+    reverse_normalized,
+    taint_toleration_scores,
     weighted_resource_score,
 )
 from numasched.plugins.nodeorder import build as build_nodeorder
@@ -179,8 +182,48 @@ def test_emptier_node_scores_higher_by_default() -> None:
 def test_nodeorder_weights_from_volcano_arguments() -> None:
     arguments = Arguments({"leastrequested.weight": 0, "balancedresource.weight": 2, "mostrequested.weight": 3})
     assert NodeOrderWeights.from_arguments(arguments) == NodeOrderWeights(0, 2, 3)
-    assert NodeOrderWeights.from_arguments(Arguments({})) == NodeOrderWeights(1, 1, 0)
+    assert NodeOrderWeights.from_arguments(Arguments({})) == NodeOrderWeights(1, 1, 0, 1)
+    assert NodeOrderWeights.from_arguments(Arguments({"tainttoleration.weight": 0})).taint_toleration == 0
     assert NodeOrderWeights.from_arguments(Arguments({"leastrequested.weight": "heavy"})) == NodeOrderWeights()
+
+
+def test_intolerable_prefer_no_schedule_counts() -> None:
+    taints = (
+        Taint("spot", "yes", "PreferNoSchedule"),
+        Taint("old-gpu", "", "PreferNoSchedule"),
+        Taint("dedicated", "ml", "NoSchedule"),
+    )
+    assert intolerable_prefer_no_schedule(taints, ()) == 2
+    assert intolerable_prefer_no_schedule(taints, (Toleration(key="spot", operator="Exists"),)) == 1
+    prefer_only = Toleration(key="spot", operator="Exists", effect="PreferNoSchedule")
+    assert intolerable_prefer_no_schedule(taints, (prefer_only,)) == 1
+    # A toleration for another effect does not count toward PreferNoSchedule.
+    no_schedule_only = Toleration(operator="Exists", effect="NoSchedule")
+    assert intolerable_prefer_no_schedule(taints, (no_schedule_only,)) == 2
+    assert intolerable_prefer_no_schedule(taints, (Toleration(operator="Exists"),)) == 0
+
+
+def test_reverse_normalized() -> None:
+    assert reverse_normalized({"a": 0, "b": 1, "c": 3}) == {"a": 100, "b": 67, "c": 0}
+    assert reverse_normalized({"a": 0, "b": 0}) == {"a": 100, "b": 100}
+    assert reverse_normalized({}) == {}
+
+
+def test_taint_toleration_scores_prefer_clean_nodes() -> None:
+    clean = make_node("clean", cpu="4")
+    spot = make_node("spot", cpu="4")
+    spot.taints = (Taint("spot", "yes", "PreferNoSchedule"),)
+    assert taint_toleration_scores(make_task(), [clean, spot]) == {"clean": 100, "spot": 0}
+    tolerant = TaskInfo(
+        uid="t",
+        namespace="default",
+        name="t",
+        job_id="j",
+        resreq=Resource(),
+        init_resreq=Resource(),
+        tolerations=(Toleration(key="spot", operator="Exists"),),
+    )
+    assert taint_toleration_scores(tolerant, [clean, spot]) == {"clean": 100, "spot": 100}
 
 
 # -- binpack -------------------------------------------------------------------------------------
@@ -258,6 +301,16 @@ def test_plugins_register_node_order_on_a_session() -> None:
     assert session_with(weighted, {"n": node}).node_order(task, node) == 175
     no_order = text.replace("name: nodeorder\n", "name: nodeorder\n    enableNodeOrder: false\n")
     assert session_with(no_order, {"n": node}).node_order(task, node) == 25
+
+
+def test_taint_toleration_batch_score_on_a_session() -> None:
+    clean, spot = make_node("clean", cpu="4"), make_node("spot", cpu="4")
+    spot.taints = (Taint("spot", "yes", "PreferNoSchedule"),)
+    text = "actions: allocate\ntiers:\n- plugins:\n  - name: nodeorder\n    arguments: {tainttoleration.weight: 2}\n"
+    ssn = session_with(text, {"clean": clean, "spot": spot})
+    assert ssn.batch_node_order(make_task(cpu="1"), [clean, spot]) == {"clean": 200.0, "spot": 0.0}
+    off = text.replace("tainttoleration.weight: 2", "tainttoleration.weight: 0")
+    assert session_with(off, {"clean": clean, "spot": spot}).batch_node_order(make_task(cpu="1"), [clean, spot]) == {}
 
 
 def test_builders_keep_their_arguments() -> None:
