@@ -3,14 +3,14 @@ as Python entry points (never files imported from a path)."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
 import structlog
 
-from numasched.plugins import conformance, gang, priority
+from numasched.plugins import binpack, conformance, gang, nodeorder, predicates, priority
 from numasched.plugins.accepted_noops import ACCEPTED_NOOP_PLUGINS, WarnOnce, noop_builder
+from numasched.plugins.numaaware import plugin as numaaware_plugin
 from numasched.scheduler.actions.allocate import AllocateAction
 from numasched.scheduler.actions.backfill import BackfillAction
 from numasched.scheduler.actions.enqueue import EnqueueAction
@@ -180,27 +180,16 @@ class _NamedAction:
         self._execute(ssn)
 
 
-def _import_build(module: str) -> PluginBuilder:
-    built: PluginBuilder = importlib.import_module(module).build
-    return built
-
-
 def default_registry(*, with_entry_points: bool = False) -> Registry:
     """Every built-in plugin and action; entry points too when asked."""
     registry = Registry()
     registry.register_plugin(priority.PLUGIN_NAME, priority.build)
     registry.register_plugin(gang.PLUGIN_NAME, gang.build)
     registry.register_plugin(conformance.PLUGIN_NAME, conformance.build)
-    for name, module in (
-        ("predicates", "numasched.plugins.predicates"),
-        ("nodeorder", "numasched.plugins.nodeorder"),
-        ("binpack", "numasched.plugins.binpack"),
-        ("numa-aware", "numasched.plugins.numaaware.plugin"),
-    ):
-        try:
-            registry.register_plugin(name, _import_build(module))
-        except ImportError as error:
-            _log.warning("built-in plugin not available", plugin=name, error=str(error))
+    registry.register_plugin(predicates.PLUGIN_NAME, predicates.build)
+    registry.register_plugin(nodeorder.PLUGIN_NAME, nodeorder.build)
+    registry.register_plugin(binpack.PLUGIN_NAME, binpack.build)
+    registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.build)
     for name in ACCEPTED_NOOP_PLUGINS:
         registry.register_plugin(name, noop_builder(name, registry.noop_warnings))
     for action in (EnqueueAction(), AllocateAction(), BackfillAction()):
