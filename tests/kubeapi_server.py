@@ -324,6 +324,7 @@ class KubeApiServer:
         self.bookmark_interval = bookmark_interval
         self.faults = Faults()
         self.bind_counts: Counter[tuple[str, str]] = Counter()
+        self.injected_bind_failures = 0
         self.request_counts: Counter[tuple[str, str]] = Counter()
         self.watches: set[WatchConnection] = set()
         self.dropped_watches = 0
@@ -583,6 +584,8 @@ class KubeApiServer:
         )
         if failing and faults.bind_failures_left > 0:
             faults.bind_failures_left -= 1
+        if failing:
+            self.injected_bind_failures += 1
         if failing and not faults.bind_failure_after_commit:
             raise ApiError(faults.bind_failure_code, "InternalError", f"injected bind failure for {name}")
         if pod.get("spec", {}).get("nodeName"):
