@@ -360,3 +360,24 @@ def test_accepted_noop_plugins_warn_once_per_registry() -> None:
         run_session(snapshot_of([gpu_node("n0")], []), cfg, registry())
     warned = [entry["plugin"] for entry in logs if "not implemented" in entry["event"]]
     assert warned == ["drf", "proportion", "drf", "proportion"]
+
+
+def test_a_task_its_queue_cannot_take_is_not_placed() -> None:
+    class Quota:
+        name = "quota"
+
+        def __init__(self, arguments: Arguments) -> None:
+            pass
+
+        def on_session_open(self, ssn: Session) -> None:
+            ssn.add_allocatable_fn(self.name, lambda queue, task: task.uid != "over")
+
+        def on_session_close(self, ssn: Session) -> None:
+            return None
+
+    reg = registry()
+    reg.register_plugin("quota", Quota)
+    job = make_job("j", [make_task("fits", "j", ts=0.0), make_task("over", "j", ts=1.0)])
+    result = run_session(snapshot_of([gpu_node("n0")], [job]), config("quota"), reg)
+    assert [r.task.uid for r in result.bind_requests] == ["fits"]
+    assert result.fit_errors == {"over": "queue default cannot take this task now"}

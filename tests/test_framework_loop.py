@@ -145,6 +145,30 @@ async def test_failed_timed_out_and_raising_binds_are_forgotten() -> None:
 
 
 @pytest.mark.anyio
+async def test_pod_group_status_is_reported() -> None:
+    class GroupCache(FakeCache):
+        def snapshot(self) -> ClusterSnapshot:
+            snapshot = super().snapshot()
+            gang = JobInfo(uid="gang", namespace="ns", name="gang", min_available=2, has_pod_group=True)
+            gang.add_task(make_task("g0", 8))
+            gang.add_task(make_task("g1", 8))
+            snapshot.jobs["gang"] = gang
+            return snapshot
+
+    reporter = FakeReporter()
+    result = await schedule_cycle(GroupCache([]), CONFIG, default_registry(), FakeBinder(), reporter)
+    assert result.session.bind_requests == ()
+    assert reporter.jobs == [
+        (
+            "gang",
+            "Inqueue",
+            "2/2 tasks in gang unschedulable: ns/g0: pod group ns/gang is not ready: 1 of 2 required tasks "
+            "could be placed; ns/g1: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+        )
+    ]
+
+
+@pytest.mark.anyio
 async def test_binds_run_concurrently_within_the_limit() -> None:
     cache = FakeCache([(f"t{i}", 0) for i in range(12)], nodes=2)
     binder = FakeBinder()
