@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numasched.conf.loader import (
     CONFIG_KEY,
@@ -15,7 +17,7 @@ from numasched.conf.loader import (
     load_config_file,
     load_config_text,
 )
-from numasched.conf.model import FLAG_KEYS, PluginOption
+from numasched.conf.model import FLAG_KEYS, PluginOption, SchedulerConfig, Tier
 
 FIXTURES = Path(__file__).parent / "fixtures" / "volcano"
 
@@ -446,3 +448,52 @@ def test_unreadable_file(tmp_path: Path) -> None:
     binary.write_bytes(b"actions: \xff\xfe\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config_file(binary)
+
+
+# -- property: any well-formed configuration dumped by PyYAML loads back to the same model --------
+
+_names = st.sampled_from(sorted(KNOWN_PLUGINS))
+_argument_values = st.one_of(
+    st.integers(-1000, 1000),
+    st.booleans(),
+    st.text(alphabet="abcxyz ,./-", max_size=12),
+    st.lists(st.integers(0, 9), max_size=3),
+)
+_arguments = st.dictionaries(st.text(alphabet="abcdefgh.-/", min_size=1, max_size=10), _argument_values, max_size=3)
+_flags = st.dictionaries(st.sampled_from(sorted(FLAG_KEYS)), st.booleans(), max_size=4)
+
+
+@st.composite
+def configurations(draw: st.DrawFn) -> SchedulerConfig:
+    names = draw(st.lists(_names, unique=True, max_size=6))
+    split = draw(st.integers(0, len(names)))
+    tiers = tuple(
+        Tier(tuple(PluginOption(name, draw(_arguments), draw(_flags)) for name in group))
+        for group in (names[:split], names[split:])
+        if group
+    )
+    actions = tuple(draw(st.lists(st.sampled_from(sorted(KNOWN_ACTIONS)), min_size=1, max_size=4, unique=True)))
+    return SchedulerConfig(actions=actions, tiers=tiers)
+
+
+def as_yaml(config: SchedulerConfig) -> str:
+    document = {
+        "actions": ", ".join(config.actions),
+        "tiers": [
+            {
+                "plugins": [
+                    {"name": plugin.name, "arguments": plugin.arguments}
+                    | {FLAG_KEYS[point]: value for point, value in plugin.flags.items()}
+                    for plugin in tier.plugins
+                ]
+            }
+            for tier in config.tiers
+        ],
+    }
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(configurations())
+def test_dumped_configuration_loads_back(config: SchedulerConfig) -> None:
+    assert load(as_yaml(config)) == config
