@@ -201,12 +201,18 @@ class _Reader:
             )
         return root
 
-    def value(self, node: Node) -> Any:
+    def value(self, node: Node, path: str) -> Any:
         """The plain Python value of a subtree (argument values: numbers, strings, lists, maps)."""
         try:
             return self.constructor.construct_document(node)
-        except yaml.YAMLError as error:
-            raise self.error(node, "", f"cannot read value: {error}") from None
+        except yaml.MarkedYAMLError as error:
+            line = (
+                self.line(node) if error.problem_mark is None else int(error.problem_mark.line) + 1 + self.line_offset
+            )
+            raise ConfigError(self.source, line, path, f"cannot read value: {error.problem or error}") from None
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as error:
+            # A scalar that looks like a timestamp but is no date (2020-13-45) fails in the constructor.
+            raise self.error(node, path, f"cannot read value {_describe(node)}: {error}") from None
 
     def entries(self, node: MappingNode, path: str) -> dict[str, tuple[Node, Node]]:
         """A mapping's entries by key, rejecting non-string, duplicate and merge keys."""
@@ -388,7 +394,7 @@ class _Reader:
             # Volcano decodes an empty flag as unset, and unset means enabled.
             return None
         if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:bool":
-            return bool(self.value(node))
+            return bool(self.value(node, path))
         raise self.error(node, path, f"expected true or false, got {_describe(node)}")
 
     def read_arguments(self, node: Node, path: str) -> dict[str, Any]:
@@ -396,7 +402,7 @@ class _Reader:
         if mapping is None:
             return {}
         entries = self.entries(mapping, path)
-        return {key: self.value(value_node) for key, (_, value_node) in entries.items()}
+        return {key: self.value(value_node, f"{path}.{key}") for key, (_, value_node) in entries.items()}
 
     def check_plugins(
         self, tiers: list[list[tuple[PluginOption, Node]]], known_plugins: Collection[str] | None

@@ -433,6 +433,13 @@ def test_wrong_types(text: str, line: int, path: str, needle: str) -> None:
     assert needle in str(error)
 
 
+@pytest.mark.parametrize(("value", "needle"), [("2020-13-45", "month must be in"), ("{[1]: 2}", "unhashable")])
+def test_argument_values_that_cannot_be_built(value: str, needle: str) -> None:
+    error = load_error(f"actions: allocate\ntiers:\n- plugins:\n  - name: gang\n    arguments:\n      d: {value}\n")
+    assert (error.line, error.path) == (6, "tiers[0].plugins[0].arguments.d")
+    assert needle in str(error)
+
+
 def test_hierarchical_drf_conflicts_with_proportion() -> None:
     text = "actions: allocate\ntiers:\n- plugins:\n  - name: drf\n    enableHierarchy: true\n  - name: proportion\n"
     assert "conflict" in str(load_error(text))
