@@ -254,11 +254,39 @@ def format_device_topology(
     groups: Mapping[str, DeviceGroup],
     links: Mapping[tuple[DeviceKey, DeviceKey], DeviceLink],
     *,
-    indent: int | None = None,
+    pretty: bool = False,
 ) -> str:
-    """The annotation text: stable order, compact unless indent is given."""
-    separators = (",", ":") if indent is None else (",", ": ")
-    return json.dumps(device_topology_document(groups, links), indent=indent, separators=separators)
+    """The annotation text in a stable order: compact, or one device / link / partition per line."""
+    document = device_topology_document(groups, links)
+    if not pretty:
+        return json.dumps(document, separators=(",", ":"))
+    return _pretty(document)
+
+
+def _pretty(document: Mapping[str, Any]) -> str:
+    def compact(value: Any) -> str:
+        return json.dumps(value, separators=(", ", ": "))
+
+    def entries(items: Sequence[Any], indent: str) -> str:
+        if not items:
+            return "[]"
+        inner = ",\n".join(f"{indent}  {compact(item)}" for item in items)
+        return f"[\n{inner}\n{indent}]"
+
+    def per_resource(mapping: Mapping[str, Sequence[Any]]) -> str:
+        if not mapping:
+            return "{}"
+        inner = ",\n".join(
+            f"    {json.dumps(resource)}: {entries(items, '    ')}" for resource, items in mapping.items()
+        )
+        return f"{{\n{inner}\n  }}"
+
+    lines = [f'  "version": {document["version"]}', f'  "devices": {per_resource(document["devices"])}']
+    lines.append(f'  "links": {entries(document["links"], "  ")}')
+    if "partitions" in document:
+        lines.append(f'  "partitions": {per_resource(document["partitions"])}')
+    body = ",\n".join(lines)
+    return f"{{\n{body}\n}}"
 
 
 def _device_document(device: DeviceInfo) -> dict[str, Any]:

@@ -1,19 +1,25 @@
 """Which devices of a node to give a request: link-aware, fragmentation-aware set choice.
 
 The kubelet's NUMA hint says where devices may come from; among the devices it allows, this module
-picks the concrete set, the way a topology-aware device plugin answers GetPreferredAllocation:
+picks the concrete set, the way a topology-aware device plugin answers GetPreferredAllocation.
+Sets are ranked by, in order:
 
-1. the best-connected set: most NVLinks between its members (an NVSwitch fabric reports the same
-   count for every pair, so any set is as good as any other there), then the shortest PCIe paths;
-2. among equally connected sets, the one that leaves the node's other free devices best connected
-   (least NVLink, then PCIe, capacity destroyed), so later large or NVLink-hungry requests still
-   find a good set: a 1-GPU request takes the device whose removal costs the least;
-3. then the lowest device order, so the choice is deterministic.
+1. NVLinks between the members (summed over member pairs; an NVSwitch fabric reports the same
+   count for every pair, so there any set is as good as any other);
+2. a bonus per member the caller may give (the NIC-aware GPU choice: GPUs with a free NIC on
+   their PCIe switch);
+3. what is left for the next requests: how many disjoint best-linked pairs (NV2 on a DGX-1 cube
+   mesh, one PCIe switch on a PCIe-only machine) on one NUMA node the other free devices still
+   hold, the placements a later 2-device request would want;
+4. the PCIe closeness between the members (same switch, host bridge, NUMA node, socket);
+5. the least NVLink, then PCIe, capacity taken away from the other free devices: a 1-GPU request
+   takes the device whose removal costs the least;
+6. the lowest device order, so the choice is deterministic.
 
-Every criterion is a sum over members or member pairs, so the whole order folds into one integer
-(each criterion scaled above the total span of the ones below it) and a branch-and-bound search
-finds the exact best set on nodes with up to EXACT_SEARCH_LIMIT candidates; beyond that a greedy
-pass bounds the time. Partitions (vendor-mandated device sets) confine a set to one partition.
+Terms 1 and 2 are sums over members and member pairs: a branch-and-bound search over them finds
+every best set exactly on nodes with up to EXACT_SEARCH_LIMIT candidates (greedy beyond), and
+terms 3-6 rank those (up to TIE_LIMIT of them). Partitions (vendor-mandated device sets) confine
+a set to one partition.
 
 choose_devices is the single entry point of the policy, so it can be swapped as a whole.
 """
@@ -28,6 +34,8 @@ from numasched.api.topology import DeviceGroup, DeviceInfo, DeviceLink, NumaTopo
 
 # Exact search up to this many candidate devices; a greedy pass beyond.
 EXACT_SEARCH_LIMIT = 16
+# Most sets equally good on links that the later terms rank; beyond, the first found (lowest ids).
+TIE_LIMIT = 2048
 
 # PCIe closeness of a pair: PIX (one switch) 5 ... SYS (across sockets) 1, unknown 0.
 _PCIE_CLOSENESS_TOP = max(PcieDistance) + 1
@@ -123,9 +131,9 @@ def choose_devices(
 
     free: every free device of the resource on the node (candidates are usually the subset the
     NUMA hint allows); the choice keeps free devices outside the set well connected.
-    prefer: a bonus per device, weighed after link quality and before the effect on the rest
-    (the NIC-aware GPU choice uses it). Returns the ids in the node's device order, or () when
-    no allowed set exists (too few candidates, or no partition holds the set).
+    prefer: a bonus per device, weighed after NVLinks and before the effect on the rest.
+    Returns the ids in the node's device order, or () when no allowed set exists (too few
+    candidates, or no partition holds the set).
     """
     group = topology.devices.get(resource)
     if group is None or count <= 0:
@@ -138,24 +146,26 @@ def choose_devices(
     others = {device_id for device_id in free if device_id in order}
     universe = sorted(others | set(pool) | set(required), key=order.__getitem__)
     scorer = _SetScorer(topology, group, universe, prefer or {})
-    if not group.partitions:
-        return scorer.best(required, pool, count, exact_limit)
-    best: tuple[int, tuple[int, ...], tuple[str, ...]] | None = None
-    for partition in group.partitions:
-        if not set(required) <= partition:
+    blocks = [frozenset(order)] if not group.partitions else list(group.partitions)
+    best: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    for block in blocks:
+        if not set(required) <= block:
             continue
-        inside = [device_id for device_id in pool if device_id in partition]
-        chosen = scorer.best(required, inside, count, exact_limit)
-        if not chosen:
+        inside = [scorer.index[device_id] for device_id in pool if device_id in block]
+        members = [scorer.index[device_id] for device_id in required]
+        picked = scorer.best(members, inside, count, exact_limit)
+        if picked is None:
             continue
-        rank = (scorer.score(chosen), tuple(-order[device_id] for device_id in chosen), chosen)
+        rank = (scorer.rank(picked), tuple(-position for position in picked))
         if best is None or rank > best:
             best = rank
-    return best[2] if best is not None else ()
+    if best is None:
+        return ()
+    return tuple(scorer.ids[-position] for position in best[1])
 
 
 class _SetScorer:
-    """Pair weights and per-device terms folded into one integer per set (greater is better)."""
+    """Weights of the candidate universe (the node's free devices), indexed by position in it."""
 
     def __init__(
         self, topology: NumaTopology, group: DeviceGroup, universe: Sequence[str], prefer: Mapping[str, int]
@@ -164,64 +174,91 @@ class _SetScorer:
         self.ids = list(universe)
         size = len(universe)
         devices = [(group.resource, group.by_id[device_id]) for device_id in universe]
-        weights = [[PairWeight(0, 0)] * size for _ in range(size)]
+        zero = PairWeight(0, 0)
+        weights = [[zero] * size for _ in range(size)]
         for first in range(size):
             for second in range(first + 1, size):
-                weight = pair_weight(topology, devices[first], devices[second])
-                weights[first][second] = weights[second][first] = weight
-        degree_nv = [sum(weight.nvlinks for weight in row) for row in weights]
-        degree_pc = [sum(weight.pcie_closeness for weight in row) for row in weights]
-        bonus = [max(0, prefer.get(device_id, 0)) for device_id in universe]
-        # Lexicographic order (set nvlinks, set PCIe, bonus, -NVLink and -PCIe capacity taken from
-        # the free devices) as one integer: each scale exceeds the whole span of the terms below.
-        pairs = size * (size - 1) // 2
-        span_pc_degree = sum(degree_pc) + 1
-        span_nv_degree = sum(degree_nv) + 1
-        scale_nv_degree = span_pc_degree
-        scale_bonus = scale_nv_degree * span_nv_degree
-        scale_pc = scale_bonus * (sum(bonus) + 1)
-        max_pc = max((weight.pcie_closeness for row in weights for weight in row), default=0)
-        scale_nv = scale_pc * (pairs * max_pc + 1)
-        self.pair = [
-            [weight.nvlinks * scale_nv + weight.pcie_closeness * scale_pc for weight in row] for row in weights
-        ]
-        self.unit = [
-            bonus[position] * scale_bonus - degree_nv[position] * scale_nv_degree - degree_pc[position]
-            for position in range(size)
-        ]
+                weights[first][second] = weights[second][first] = pair_weight(topology, devices[first], devices[second])
+        self.nvlinks = [[weight.nvlinks for weight in row] for row in weights]
+        self.closeness = [[weight.pcie_closeness for weight in row] for row in weights]
+        self.degree_nv = [sum(row) for row in self.nvlinks]
+        self.degree_pc = [sum(row) for row in self.closeness]
+        self.bonus = [max(0, prefer.get(device_id, 0)) for device_id in universe]
+        # The additive terms (NVLinks, then bonus) folded into one integer for the search.
+        scale = sum(self.bonus) + 1
+        self.pair = [[links * scale for links in row] for row in self.nvlinks]
+        self.unit = list(self.bonus)
+        self.best_pairs = _best_pair_masks(devices, self.nvlinks, self.closeness)
+        self._matchings: dict[int, int] = {}
 
-    def score(self, ids: Sequence[str]) -> int:
-        positions = [self.index[device_id] for device_id in ids]
-        total = sum(self.unit[position] for position in positions)
-        for offset, first in enumerate(positions):
-            total += sum(self.pair[first][second] for second in positions[offset + 1 :])
-        return total
+    def rank(self, members: Sequence[int]) -> tuple[int, ...]:
+        """The full order of a set: additive terms, pairs left, PCIe, capacity taken (greater is better)."""
+        additive = sum(self.unit[member] for member in members)
+        closeness = 0
+        for offset, first in enumerate(members):
+            for second in members[offset + 1 :]:
+                additive += self.pair[first][second]
+                closeness += self.closeness[first][second]
+        left = ((1 << len(self.ids)) - 1) & ~sum(1 << member for member in members)
+        return (
+            additive,
+            self._matching(left),
+            closeness,
+            -sum(self.degree_nv[member] for member in members),
+            -sum(self.degree_pc[member] for member in members),
+        )
 
-    def best(self, required: Sequence[str], pool: Sequence[str], count: int, exact_limit: int) -> tuple[str, ...]:
-        if len(required) + len(pool) < count:
-            return ()
-        chosen = [self.index[device_id] for device_id in required]
-        options = [self.index[device_id] for device_id in pool]
-        if len(options) + len(chosen) > exact_limit:
-            picked = self._greedy(chosen, options, count - len(chosen))
-        else:
-            picked = self._exact(chosen, options, count - len(chosen))
-        return tuple(self.ids[position] for position in sorted(chosen + picked))
+    def _matching(self, left: int) -> int:
+        """Most disjoint best-linked pairs among the devices in the bitmask `left`."""
+        known = self._matchings.get(left)
+        if known is not None:
+            return known
+        if left & (left - 1) == 0:
+            return 0
+        lowest = (left & -left).bit_length() - 1
+        rest = left & ~(1 << lowest)
+        best = self._matching(rest)
+        partners = self.best_pairs[lowest] & rest
+        while partners:
+            partner = partners & -partners
+            partners &= ~partner
+            best = max(best, 1 + self._matching(rest & ~partner))
+        self._matchings[left] = best
+        return best
+
+    def best(self, required: list[int], options: list[int], count: int, exact_limit: int) -> list[int] | None:
+        """The best set of `count` members: required plus picks from options, in index order."""
+        wanted = count - len(required)
+        if wanted < 0 or len(options) < wanted:
+            return None
+        if len(options) + len(required) > exact_limit:
+            return sorted(required + self._greedy(required, options, wanted))
+        ties = self._exact(required, options, wanted)
+        best = max(ties, key=lambda picks: (self.rank(sorted(required + picks)), [-p for p in sorted(picks)]))
+        return sorted(required + best)
 
     def _greedy(self, chosen: list[int], options: list[int], wanted: int) -> list[int]:
-        gain = {option: self.unit[option] + sum(self.pair[option][member] for member in chosen) for option in options}
+        def gain_of(option: int, members: Sequence[int]) -> tuple[int, int, int]:
+            return (
+                self.unit[option] + sum(self.pair[option][member] for member in members),
+                sum(self.closeness[option][member] for member in members),
+                -self.degree_nv[option] * (sum(self.degree_pc) + 1) - self.degree_pc[option],
+            )
+
+        members = list(chosen)
+        remaining = list(options)
         picked: list[int] = []
         for _ in range(wanted):
-            best = max(gain, key=lambda option: (gain[option], -option))
-            picked.append(best)
-            del gain[best]
-            for option in gain:
-                gain[option] += self.pair[option][best]
+            choice = max(remaining, key=lambda option: (gain_of(option, members), -option))
+            remaining.remove(choice)
+            members.append(choice)
+            picked.append(choice)
         return picked
 
-    def _exact(self, chosen: list[int], options: list[int], wanted: int) -> list[int]:
+    def _exact(self, chosen: list[int], options: list[int], wanted: int) -> list[list[int]]:
+        """Every pick (up to TIE_LIMIT, lowest first) with the best additive score."""
         if wanted == 0:
-            return []
+            return [[]]
         # top[o][m]: the m largest pair weights from option o to other options, summed; half of it
         # bounds what o can add through pairs with later picks.
         top: dict[int, list[int]] = {}
@@ -236,7 +273,7 @@ class _SetScorer:
             base += sum(self.pair[first][second] for second in chosen[offset + 1 :])
         connection = {option: sum(self.pair[option][member] for member in chosen) for option in options}
         best_score: list[int | None] = [None]
-        best_pick: list[int] = []
+        ties: list[list[int]] = []
         picked: list[int] = []
 
         def search(start: int, score: int) -> None:
@@ -244,17 +281,19 @@ class _SetScorer:
             if remaining == 0:
                 if best_score[0] is None or score > best_score[0]:
                     best_score[0] = score
-                    best_pick[:] = picked
-                return
-            rest = options[start:]
-            if len(rest) < remaining:
+                    ties[:] = [list(picked)]
+                elif score == best_score[0] and len(ties) < TIE_LIMIT:
+                    ties.append(list(picked))
                 return
             if best_score[0] is not None:
-                # Doubled to keep the half pair weights integral.
+                # Doubled to keep the half pair weights integral; once TIE_LIMIT sets tie, only a
+                # strictly better set is worth the search.
                 potentials = sorted(
-                    (2 * (self.unit[o] + connection[o]) + top[o][remaining - 1] for o in rest), reverse=True
+                    (2 * (self.unit[o] + connection[o]) + top[o][remaining - 1] for o in options[start:]),
+                    reverse=True,
                 )
-                if 2 * score + sum(potentials[:remaining]) <= 2 * best_score[0]:
+                bound = 2 * score + sum(potentials[:remaining])
+                if bound < 2 * best_score[0] or (bound == 2 * best_score[0] and len(ties) >= TIE_LIMIT):
                     return
             for position in range(start, len(options) - remaining + 1):
                 option = options[position]
@@ -268,7 +307,37 @@ class _SetScorer:
                 picked.pop()
 
         search(0, base)
-        return best_pick
+        return ties
+
+
+def _best_pair_masks(
+    devices: Sequence[tuple[str, DeviceInfo]],
+    nvlinks: Sequence[Sequence[int]],
+    closeness: Sequence[Sequence[int]],
+) -> list[int]:
+    """Per device, a bitmask of the devices it forms a best-linked pair with on its NUMA node.
+
+    Best-linked: the most NVLinks any pair on one NUMA node has, or, with no NVLink there, the
+    closest PCIe path. Pairs across NUMA nodes do not count: the kubelet gives a 2-device request
+    a single NUMA node whenever one has two free devices.
+    """
+    size = len(devices)
+    local = [
+        [first != second and devices[first][1].numa == devices[second][1].numa for second in range(size)]
+        for first in range(size)
+    ]
+    local_pairs = [(first, second) for first in range(size) for second in range(size) if local[first][second]]
+    top_nv = max((nvlinks[first][second] for first, second in local_pairs), default=0)
+    top_pc = max((closeness[first][second] for first, second in local_pairs), default=0)
+    masks = [0] * size
+    for first, second in local_pairs:
+        if top_nv > 0:
+            best_linked = nvlinks[first][second] == top_nv
+        else:
+            best_linked = top_pc > 0 and closeness[first][second] == top_pc
+        if best_linked:
+            masks[first] |= 1 << second
+    return masks
 
 
 # --- NICs next to accelerators ------------------------------------------------------------------
