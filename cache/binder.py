@@ -71,11 +71,11 @@ def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -
     decision: dict[str, dict[str, str]] = {}
     for numa, resources in sorted(per_numa.items()):
         entry: dict[str, str] = {}
-        for resource, ids in sorted(resources.items()):
+        for resource, members in sorted(resources.items()):
             if resource == "cpu":
-                entry[resource] = IdSet(int(cpu) for cpu in ids).format()
+                entry[resource] = IdSet(int(cpu) for cpu in members).format()
             else:
-                entry[resource] = ",".join(ids)
+                entry[resource] = ",".join(members)
         decision[str(numa) if numa >= 0 else "unknown"] = entry
     return json.dumps({"numa": decision}, sort_keys=True, separators=(",", ":"))
 

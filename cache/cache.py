@@ -255,9 +255,9 @@ class Cache:
                     reported = record.reported.get(uid) or record.reported.get(task.key)
                     if reported is not None:
                         task.allocation = reported
-                node = snapshot.nodes.get(task.node_name)
-                if node is not None and task.status not in _FINISHED:
-                    node.add_task(task)
+                host = snapshot.nodes.get(task.node_name)
+                if host is not None and task.status not in _FINISHED:
+                    host.add_task(task)
             if self._is_ours(task):
                 self._add_to_job(snapshot, task)
         return snapshot

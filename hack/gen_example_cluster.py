@@ -1,6 +1,6 @@
 """Write conf/examples/cluster.yaml: the bundled example cluster `numasched simulate` uses.
 
-Six nodes built from the machine fixtures, with the kubelet policies mixed so the example shows
+Seven nodes built from the machine fixtures, with the kubelet policies mixed so the example shows
 single-numa-node, restricted and best-effort nodes side by side.
 
     .venv/bin/python hack/gen_example_cluster.py [--output conf/examples/cluster.yaml]
@@ -23,6 +23,7 @@ MACHINES = ROOT / "tests" / "fixtures" / "machines"
 EXAMPLE_NODES = [
     ("dgx1-0", "dgx1-v100", TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.CONTAINER),
     ("hgx-0", "hgx-h100", TopologyPolicy.RESTRICTED, TopologyScope.POD),
+    ("hgx-1", "hgx-h100", TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.CONTAINER),
     ("a100-0", "dgx-a100", TopologyPolicy.BEST_EFFORT, TopologyScope.CONTAINER),
     ("l40s-0", "pcie-8gpu-2numa", TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.POD),
     ("epyc-0", "epyc-1s-nps4", TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.CONTAINER),

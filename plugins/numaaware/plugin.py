@@ -92,6 +92,7 @@ class NumaAwarePlugin:
         from numasched.scheduler.session import EventHandler
 
         self.providers = self.providers[:3] + self._extra_providers(ssn)
+        ssn.add_pre_predicate_fn(PLUGIN_NAME, self.pre_predicate)
         ssn.add_predicate_fn(PLUGIN_NAME, self.predicate)
         ssn.add_batch_node_order_fn(PLUGIN_NAME, self.batch_node_order)
         ssn.add_event_handler(EventHandler(allocate=self.on_allocate, deallocate=self.on_deallocate))
@@ -123,6 +124,18 @@ class NumaAwarePlugin:
                 continue
             extra.append(provider)
         return extra
+
+    def pre_predicate(self, task: TaskInfo) -> Status:
+        """A bad policy annotation rules out every node: say so once, not once per node."""
+        try:
+            pod_policy(task)
+        except PolicyError as error:
+            return Status(
+                StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                f"pod {task.key}: annotation {POLICY_ANNOTATION}: {error}",
+                PLUGIN_NAME,
+            )
+        return Status()
 
     # -- placement --------------------------------------------------------------------------------
 
