@@ -35,19 +35,23 @@ ACCEPTED_NOOP_PLUGINS: tuple[str, ...] = (
 )
 
 
+# Volcano's eviction actions: a shipped configuration names them; numasched does not evict yet.
+ACCEPTED_NOOP_ACTIONS: tuple[str, ...] = ("preempt", "reclaim", "shuffle")
+
+
 class WarnOnce:
     """Remembers which names were already warned about; one instance per registry."""
 
     def __init__(self) -> None:
-        self._warned: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
 
-    def warn(self, name: str) -> bool:
-        if name in self._warned:
+    def warn(self, name: str, kind: str = "plugin") -> bool:
+        if (kind, name) in self._warned:
             return False
-        self._warned.add(name)
+        self._warned.add((kind, name))
         _log.warning(
-            "plugin accepted for compatibility with Volcano but not implemented by numasched; it has no effect",
-            plugin=name,
+            f"{kind} accepted for compatibility with Volcano but not implemented by numasched; it has no effect",
+            **{kind: name},
         )
         return True
 
@@ -69,3 +73,14 @@ def noop_builder(name: str, warnings: WarnOnce) -> PluginBuilder:
         return AcceptedNoopPlugin(name)
 
     return build
+
+
+class AcceptedNoopAction:
+    """An action a Volcano configuration may list; it warns once and changes nothing."""
+
+    def __init__(self, name: str, warnings: WarnOnce) -> None:
+        self.name = name
+        self._warnings = warnings
+
+    def execute(self, ssn: Session) -> None:
+        self._warnings.warn(self.name, kind="action")

@@ -9,7 +9,13 @@ from importlib.metadata import EntryPoint, entry_points
 import structlog
 
 from numasched.plugins import binpack, conformance, gang, nodeorder, predicates, priority
-from numasched.plugins.accepted_noops import ACCEPTED_NOOP_PLUGINS, WarnOnce, noop_builder
+from numasched.plugins.accepted_noops import (
+    ACCEPTED_NOOP_ACTIONS,
+    ACCEPTED_NOOP_PLUGINS,
+    AcceptedNoopAction,
+    WarnOnce,
+    noop_builder,
+)
 from numasched.plugins.numaaware import plugin as numaaware_plugin
 from numasched.scheduler.actions.allocate import AllocateAction
 from numasched.scheduler.actions.backfill import BackfillAction
@@ -194,6 +200,8 @@ def default_registry(*, with_entry_points: bool = False) -> Registry:
         registry.register_plugin(name, noop_builder(name, registry.noop_warnings))
     for action in (EnqueueAction(), AllocateAction(), BackfillAction()):
         registry.register_action(action.name, action)
+    for name in ACCEPTED_NOOP_ACTIONS:
+        registry.register_action(name, AcceptedNoopAction(name, registry.noop_warnings))
     if with_entry_points:
         registry.load_entry_points()
     return registry

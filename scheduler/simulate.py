@@ -109,7 +109,7 @@ def _read_inputs(cluster: SimCluster, paths: list[Path] | None, example: str) ->
 
 
 async def run_simulate(args: argparse.Namespace) -> int:
-    registry = default_registry()
+    registry = default_registry(with_entry_points=True)
     try:
         config = load_config(args.config, registry)
     except ConfigError as error:

@@ -26,7 +26,7 @@ def test_default_registry_knows_the_builtins() -> None:
     plugins = registry.known_plugin_names()
     for name in ("priority", "gang", "conformance", "predicates", "nodeorder", "binpack", "numa-aware", "drf"):
         assert name in plugins
-    assert registry.known_action_names() == ["allocate", "backfill", "enqueue"]
+    assert registry.known_action_names() == ["allocate", "backfill", "enqueue", "preempt", "reclaim", "shuffle"]
     assert registry.build_plugin("gang").name == "gang"
 
 
@@ -187,3 +187,15 @@ def test_arguments_bad_values_log_and_fall_back() -> None:
         ("binpack", "flag"),
     ]
     assert all(entry["log_level"] == "warning" for entry in logs)
+
+
+def test_volcano_eviction_actions_are_accepted_and_warn_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from numasched.plugins.accepted_noops import AcceptedNoopAction
+
+    registry = default_registry()
+    action = registry.action("preempt")
+    assert isinstance(action, AcceptedNoopAction)
+    assert registry.noop_warnings.warn("preempt", kind="action") is True
+    assert registry.noop_warnings.warn("preempt", kind="action") is False
+    # A plugin and an action of the same name are warned about separately.
+    assert registry.noop_warnings.warn("preempt") is True
