@@ -20,7 +20,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,38 +94,44 @@ def status_body(code: int, reason: str, message: str) -> JsonObject:
 # selectors
 
 
-def parse_label_selector(text: str) -> Callable[[Mapping[str, str]], bool]:
+@dataclass(frozen=True)
+class LabelRequirement:
+    key: str
+    operator: str  # in, notin, exists, !exists (equality is "in" / "notin" of one value)
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "exists":
+            return self.key in labels
+        if self.operator == "!exists":
+            return self.key not in labels
+        present = labels.get(self.key) in self.values
+        return present if self.operator == "in" else not present
+
+
+def parse_label_selector(text: str) -> tuple[LabelRequirement, ...]:
     """The label selector syntax: a=b, a==b, a!=b, a, !a, a in (x,y), a notin (x,y)."""
-    requirements: list[Callable[[Mapping[str, str]], bool]] = []
-    for term in re.findall(r"(?:[^,(]|\([^)]*\))+", text):
-        term = term.strip()
+    requirements: list[LabelRequirement] = []
+    for raw_term in re.findall(r"(?:[^,(]|\([^)]*\))+", text):
+        term = raw_term.strip()
         if not term:
             continue
         set_match = re.fullmatch(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)", term)
+        equality = re.fullmatch(r"([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)", term)
         if set_match:
             key, op, values_text = set_match.groups()
-            values = {v.strip() for v in values_text.split(",") if v.strip()}
-            if op == "in":
-                requirements.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                requirements.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
-            continue
-        equality = re.fullmatch(r"([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)", term)
-        if equality:
+            values = frozenset(v.strip() for v in values_text.split(",") if v.strip())
+            requirements.append(LabelRequirement(key, op, values))
+        elif equality:
             key, op, value = equality.groups()
-            if op == "!=":
-                requirements.append(lambda labels, k=key, v=value: labels.get(k) != v)
-            else:
-                requirements.append(lambda labels, k=key, v=value: labels.get(k) == v)
-            continue
-        if re.fullmatch(r"![\w./-]+", term):
-            requirements.append(lambda labels, k=term[1:]: k not in labels)
-            continue
-        if re.fullmatch(r"[\w./-]+", term):
-            requirements.append(lambda labels, k=term: k in labels)
-            continue
-        raise ApiError(400, "BadRequest", f"unable to parse requirement: {term!r}")
-    return lambda labels: all(requirement(labels) for requirement in requirements)
+            requirements.append(LabelRequirement(key, "notin" if op == "!=" else "in", frozenset({value})))
+        elif re.fullmatch(r"![\w./-]+", term):
+            requirements.append(LabelRequirement(term[1:], "!exists"))
+        elif re.fullmatch(r"[\w./-]+", term):
+            requirements.append(LabelRequirement(term, "exists"))
+        else:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {term!r}")
+    return tuple(requirements)
 
 
 FIELD_PATHS: dict[str, tuple[str, ...]] = {
@@ -144,35 +150,41 @@ def field_value(obj: Mapping[str, Any], path: tuple[str, ...]) -> str:
     return "" if value is None else str(value)
 
 
-def parse_field_selector(text: str) -> Callable[[Mapping[str, Any]], bool]:
-    requirements: list[Callable[[Mapping[str, Any]], bool]] = []
-    for term in text.split(","):
-        term = term.strip()
+@dataclass(frozen=True)
+class FieldRequirement:
+    path: tuple[str, ...]
+    value: str
+    negated: bool
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        return (field_value(obj, self.path) == self.value) != self.negated
+
+
+def parse_field_selector(text: str) -> tuple[FieldRequirement, ...]:
+    requirements: list[FieldRequirement] = []
+    for raw_term in text.split(","):
+        term = raw_term.strip()
         if not term:
             continue
         match = re.fullmatch(r"([\w.]+)\s*(==|=|!=)\s*(.*)", term)
         if not match or match.group(1) not in FIELD_PATHS:
             raise ApiError(400, "BadRequest", f"field label not supported: {term!r}")
-        path = FIELD_PATHS[match.group(1)]
-        op, value = match.group(2), match.group(3)
-        if op == "!=":
-            requirements.append(lambda obj, p=path, v=value: field_value(obj, p) != v)
-        else:
-            requirements.append(lambda obj, p=path, v=value: field_value(obj, p) == v)
-    return lambda obj: all(requirement(obj) for requirement in requirements)
+        requirements.append(FieldRequirement(FIELD_PATHS[match.group(1)], match.group(3), match.group(2) == "!="))
+    return tuple(requirements)
 
 
 @dataclass(frozen=True)
 class Selector:
     namespace: str | None
-    labels: Callable[[Mapping[str, str]], bool]
-    fields: Callable[[Mapping[str, Any]], bool]
+    labels: tuple[LabelRequirement, ...]
+    fields: tuple[FieldRequirement, ...]
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         metadata = obj.get("metadata", {})
         if self.namespace is not None and metadata.get("namespace") != self.namespace:
             return False
-        return self.labels(metadata.get("labels") or {}) and self.fields(obj)
+        labels = metadata.get("labels") or {}
+        return all(r.matches(labels) for r in self.labels) and all(r.matches(obj) for r in self.fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +354,7 @@ class KubeApiServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
+        server: Any = site._server
         assert server is not None and server.sockets
         self.port = server.sockets[0].getsockname()[1]
 
@@ -756,9 +768,9 @@ class KubeApiServer:
                     gone = status_body(410, "Expired", f"too old resource version: {since} ({self.compacted_version})")
                     await _send(response, "ERROR", gone)
                     return response
-                for entry in list(self.history):
-                    if entry.resource_version > since and entry.resource == resource:
-                        await self._send_entry(response, watch, entry)
+                for past in list(self.history):
+                    if past.resource_version > since and past.resource == resource:
+                        await self._send_entry(response, watch, past)
             deadline = asyncio.get_running_loop().time() + timeout if timeout > 0 else None
             while not watch.closed.is_set():
                 wait = self.bookmark_interval if bookmarks else 3600.0

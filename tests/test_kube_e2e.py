@@ -243,7 +243,7 @@ async def test_end_to_end_under_dropped_watches_and_failing_binds(server: KubeAp
 
 
 def lease(server: KubeApiServer) -> dict[str, Any]:
-    found = server.get("coordination.k8s.io/v1", "Lease", "numasched", "kube-system")
+    found: dict[str, Any] | None = server.get("coordination.k8s.io/v1", "Lease", "numasched", "kube-system")
     assert found is not None
     return found
 

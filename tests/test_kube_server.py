@@ -47,7 +47,7 @@ def pod(
 
 
 async def read_events(response: Any, count: int) -> list[dict[str, Any]]:
-    events = []
+    events: list[dict[str, Any]] = []
     while len(events) < count:
         line = await response.content.readline()
         if not line:
@@ -60,7 +60,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_create_get_list_with_selectors(server: KubeApiServer, api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     await core.create_namespaced_pod("default", pod("a", labels={"app": "web"}))
     server.add(pod("b", node="n1", labels={"app": "db"}))
     server.add(pod("c", scheduler="default-scheduler"))
@@ -80,7 +80,7 @@ async def test_create_get_list_with_selectors(server: KubeApiServer, api: client
 
 
 async def test_update_conflict_and_patches(server: KubeApiServer, api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     created = server.add(
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"}, "data": {"a": "1"}}
     )
@@ -112,7 +112,7 @@ async def test_binding_sets_node_and_annotations_and_409_when_bound(
         "metadata": {"name": "p", "annotations": {"numasched.io/allocation": "{}"}},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
     }
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     response = await core.create_namespaced_pod_binding("p", "default", body, _preload_content=False)
     assert response.status == 201
     stored = server.get("v1", "Pod", "p", "default")
@@ -129,7 +129,7 @@ async def test_binding_sets_node_and_annotations_and_409_when_bound(
 
 
 async def test_injected_bind_failures(server: KubeApiServer, api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     for name in ("a", "b", "c"):
         server.add(pod(name))
     server.fail_binds(1, code=503)
@@ -153,7 +153,7 @@ async def test_injected_bind_failures(server: KubeApiServer, api: client.ApiClie
 
 
 async def test_watch_stream_bookmarks_and_selector_transitions(server: KubeApiServer, api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     server.add(pod("early"))
     listed = await core.list_pod_for_all_namespaces(field_selector="spec.nodeName=")
     version = listed.metadata.resource_version
@@ -181,7 +181,7 @@ async def test_watch_stream_bookmarks_and_selector_transitions(server: KubeApiSe
 
 
 async def test_watch_gone_after_compaction_and_dropped_watches(server: KubeApiServer, api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     server.add(pod("a"))
     old_version = str(server.resource_version)
     server.add(pod("b"))
@@ -199,7 +199,7 @@ async def test_watch_gone_after_compaction_and_dropped_watches(server: KubeApiSe
 async def test_custom_resources_cluster_and_namespaced_and_missing_group(
     server: KubeApiServer, api: client.ApiClient
 ) -> None:
-    custom = client.CustomObjectsApi(api)
+    custom: Any = client.CustomObjectsApi(api)
     topology = {
         "apiVersion": "nodeinfo.volcano.sh/v1alpha1",
         "kind": "Numatopology",
@@ -234,11 +234,11 @@ async def test_custom_resources_cluster_and_namespaced_and_missing_group(
 
 
 async def test_leases_events_and_slow_responses(server: KubeApiServer, api: client.ApiClient) -> None:
-    coordination = client.CoordinationV1Api(api)
+    coordination: Any = client.CoordinationV1Api(api)
     lease = {"metadata": {"name": "numasched", "namespace": "kube-system"}, "spec": {"holderIdentity": "a"}}
     created = await coordination.create_namespaced_lease("kube-system", lease)
     assert created.spec.holder_identity == "a"
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     event = {
         "metadata": {"generateName": "p.", "namespace": "default"},
         "reason": "Scheduled",
