@@ -126,3 +126,12 @@ def test_failing_gpu_is_published_unhealthy_when_it_can_be_named(tmp_path: Path)
         "allocatable": ",".join(uuid for i, uuid in enumerate(uuids) if i != 2),
     }
     assert report.problems == ("GPU 2: unhealthy and its uuid is unknown; not published",)
+
+
+def test_docs_example_matches_golden() -> None:
+    text = (REPO / "docs/exporter.md").read_text()
+    block = text.split("<!-- golden: dgx1-v100 -->", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    example = yaml.safe_load(block)
+    spec = yaml.safe_load((REPO / "tests/fixtures/exporter/dgx1-v100.yaml").read_text())["numatopology"]["spec"]
+    assert example == {key: spec[key] for key in example}
+    assert set(example) == {"MemoryDetail", "numaDistances", "numares", "policies", "resReserved"}
