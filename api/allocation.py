@@ -64,8 +64,8 @@ class PodAllocation:
 
 
 def allocation_to_json(allocation: PodAllocation) -> str:
-    """The numasched.io/allocation annotation value (stable key order)."""
-    return json.dumps(allocation_to_mapping(allocation), sort_keys=True, separators=(",", ":"))
+    """The numasched.io/allocation annotation value (containers in pod order)."""
+    return json.dumps(allocation_to_mapping(allocation), separators=(",", ":"))
 
 
 def allocation_to_mapping(allocation: PodAllocation) -> dict[str, Any]:
