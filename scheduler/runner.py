@@ -9,10 +9,8 @@ once and exits non-zero so the Deployment restarts the instance with a clean sta
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +29,7 @@ from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef, build_in
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
 from numasched.conf.loader import ConfigError
 from numasched.conf.watch import ConfigSource, watch_config_file
+from numasched.logconfig import configure_logging
 from numasched.scheduler.health import HealthServer
 from numasched.scheduler.leader import DEFAULT_LEASE_TIMING, LeaderElector, LeaseTiming, LostLease, default_identity
 from numasched.scheduler.loop import DEFAULT_BIND_CONCURRENCY, CycleResult, run_loop
@@ -107,8 +106,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shutdown-grace", type=parse_duration, default=30.0, help="time to finish in-flight binds on SIGTERM"
     )
-    parser.add_argument("--log-format", choices=("json", "console"), default="json")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
 
 @attrs.frozen(slots=True)
@@ -158,22 +155,6 @@ def own_namespace() -> str:
         return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "kube-system"
     except OSError:
         return "kube-system"
-
-
-def configure_logging(log_format: str, level: str) -> None:
-    renderer: Any = structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer()
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=False,
-    )
 
 
 async def client_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:
@@ -386,8 +367,7 @@ class SchedulerRunner:
 
 
 async def run_scheduler(args: argparse.Namespace) -> int:
-    """The `numasched run` command."""
-    configure_logging(args.log_format, args.log_level)
+    """The `numasched run` command (logging is set up by the caller: cli.main or main below)."""
     try:
         options = RunOptions.from_args(args)
     except ValueError as error:
@@ -426,9 +406,12 @@ async def _force_exit_after(grace: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m numasched.scheduler.runner`: the run command alone, JSON logs at info."""
     parser = argparse.ArgumentParser(prog="numasched run", description=__doc__)
     add_run_arguments(parser)
-    return anyio.run(run_scheduler, parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    configure_logging("info", "json")
+    return anyio.run(run_scheduler, args)
 
 
 if __name__ == "__main__":

@@ -286,7 +286,7 @@ async def test_run_command_exits_cleanly_on_sigterm(server: KubeApiServer, tmp_p
         sys.executable, "-c", "import sys; from numasched.scheduler.runner import main; sys.exit(main())",
         "--kubeconfig", str(kubeconfig), "--schedule-period", "100ms", "--lease-namespace", "kube-system",
         "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
-        "--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--identity", "proc",
+        "--metrics-addr", "127.0.0.1:0", "--identity", "proc",
     ]  # fmt: skip
     log_path = tmp_path / "scheduler.log"
     with log_path.open("wb") as log_file:
