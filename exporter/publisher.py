@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -94,6 +95,8 @@ class ObjectPublisher:
             if error.status == 404:
                 return None
             raise PublishError(f"{self.plural}/{name}: GET failed: {error.status} {error.reason}") from None
+        except (TimeoutError, aiohttp.ClientError) as error:
+            raise PublishError(f"{self.plural}/{name}: GET failed: {error!r}") from None
         return dict(current)
 
     async def publish(self, desired: Mapping[str, Any]) -> bool:
@@ -134,6 +137,8 @@ class ObjectPublisher:
                 ) from None
             except TimeoutError:
                 raise PublishError(f"{self.plural}/{name}: write timed out after {self.timeout}s") from None
+            except aiohttp.ClientError as error:
+                raise PublishError(f"{self.plural}/{name}: API server unreachable: {error}") from None
             self._last = dict(written)
             self._last_written_at = time.monotonic()
             self.writes += 1

@@ -174,3 +174,21 @@ async def test_metrics(tmp_path: Path) -> None:
     assert metrics.sample("device_numa_node", {"resource": "nvidia.com/gpu", "device": "0"}) == 3
     assert metrics.sample("device_healthy", {"resource": "nvidia.com/gpu", "device": "5"}) == 0
     assert metrics.sample("device_numa_node", {"resource": "nvidia.com/gpu", "device": "5"}) == -1
+
+
+@pytest.mark.anyio
+async def test_unreachable_api_server_is_a_publish_error(tmp_path: Path) -> None:
+    from numasched.exporter.publisher import PublishError
+
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:9"
+    async with client.ApiClient(configuration) as api_client:
+        publisher = ObjectPublisher(
+            client.CustomObjectsApi(api_client),
+            NUMATOPOLOGY_GROUP,
+            NUMATOPOLOGY_VERSION,
+            NUMATOPOLOGY_PLURAL,
+            timeout=2,
+        )
+        with pytest.raises(PublishError, match="numatopologies/node-a: GET failed"):
+            await publisher.publish({"metadata": {"name": "node-a"}, "spec": {}})
