@@ -97,12 +97,15 @@ class SimCluster:
             )
             return
         stored = copy.deepcopy(dict(obj))
-        metadata = stored.setdefault("metadata", {}) if isinstance(stored.get("metadata", {}), dict) else None
-        if kind == "Pod" and metadata is not None and metadata.get("name") and not metadata.get("uid"):
-            # The API server gives every pod a uid; simulated ones get a stable one.
-            metadata["uid"] = f"sim-{metadata.get('namespace') or 'default'}-{metadata['name']}"
-        if kind == "Pod" and metadata is not None:
+        metadata = stored.get("metadata")
+        if not isinstance(metadata, dict) or not metadata.get("name"):
+            # The API server refuses an object without a name; so do we.
+            self.load_problems.append(LoadProblem(source, f"{kind} <unknown>: metadata.name is missing; skipped"))
+            return
+        if kind == "Pod":
             metadata.setdefault("namespace", "default")
+            # The API server gives every pod a uid; simulated ones get a stable one.
+            metadata.setdefault("uid", f"sim-{metadata['namespace']}-{metadata['name']}")
         self.objects[kind][object_name(stored)] = stored
         if kind in KINDS:
             self.cache.apply(ObjectEvent(kind, EventType.ADDED, stored))
