@@ -153,10 +153,8 @@ def requested_permissions(server: KubeApiServer) -> set[tuple[str, str, str, str
             namespace, rest = rest[1], rest[2:]
         resource = "/".join([rest[0], *rest[2:3]])
         named = len(rest) >= 2
-        if method == "GET":
-            verb = "get" if named else "list"  # a watch needs list and watch alike
-        else:
-            verb = VERBS[method]
+        # A watch needs list and watch alike.
+        verb = ("get" if named else "list") if method == "GET" else VERBS[method]
         wanted.add((namespace, group, resource, verb))
         if method == "GET" and not named:
             wanted.add((namespace, group, resource, "watch"))
