@@ -100,9 +100,7 @@ class NodeInfo:
             return ()
         used = self.numa_usage.devices.get(resource, frozenset())
         return tuple(
-            device.id
-            for device in self.topology.devices[resource].devices
-            if device.healthy and device.id not in used
+            device.id for device in self.topology.devices[resource].devices if device.healthy and device.id not in used
         )
 
     def add_task(self, task: TaskInfo) -> None:

@@ -87,7 +87,17 @@ def run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) ->
     workload = tmp_path / "workload.yaml"
     workload.write_text(WORKLOAD)
     code = main(
-        ["simulate", "--config", str(config), "--cluster", str(cluster), "--workload", str(workload), "--output", "json"]
+        [
+            "simulate",
+            "--config",
+            str(config),
+            "--cluster",
+            str(cluster),
+            "--workload",
+            str(workload),
+            "--output",
+            "json",
+        ]
         + list(extra)
     )
     assert code == 0
