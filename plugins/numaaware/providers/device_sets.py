@@ -4,14 +4,15 @@ The kubelet's NUMA hint says where devices may come from; among the devices it a
 picks the concrete set, the way a topology-aware device plugin answers GetPreferredAllocation.
 Sets are ranked by, in order:
 
-1. NVLinks between the members (summed over member pairs; an NVSwitch fabric reports the same
-   count for every pair, so there any set is as good as any other);
+1. the links between the members, summed over member pairs: NVLinks first (an NVSwitch fabric
+   reports the same count for every pair, so there any set is as good as any other), then the
+   PCIe path of the pairs without NVLink (NVLinked pairs do not talk over PCIe);
 2. a bonus per member the caller may give (the NIC-aware GPU choice: GPUs with a free NIC on
    their PCIe switch);
 3. what is left for the next requests: how many disjoint best-linked pairs (NV2 on a DGX-1 cube
    mesh, one PCIe switch on a PCIe-only machine) on one NUMA node the other free devices still
    hold, the placements a later 2-device request would want;
-4. the PCIe closeness between the members (same switch, host bridge, NUMA node, socket);
+4. the PCIe closeness of all member pairs (on an NVSwitch fabric: same switch, same NUMA node);
 5. the least NVLink, then PCIe, capacity taken away from the other free devices: a 1-GPU request
    takes the device whose removal costs the least;
 6. the lowest device order, so the choice is deterministic.
@@ -184,11 +185,23 @@ class _SetScorer:
         self.degree_nv = [sum(row) for row in self.nvlinks]
         self.degree_pc = [sum(row) for row in self.closeness]
         self.bonus = [max(0, prefer.get(device_id, 0)) for device_id in universe]
-        # The additive terms (NVLinks, then bonus) folded into one integer for the search.
-        scale = sum(self.bonus) + 1
-        self.pair = [[links * scale for links in row] for row in self.nvlinks]
+        # The additive terms folded into one integer for the search, each scaled above the whole
+        # span of the terms after it: NVLinks, the PCIe path of pairs without NVLink (their GPU
+        # traffic crosses PCIe; NVLinked pairs talk over NVLink), the bonus.
+        pairs = size * (size - 1) // 2
+        scale_pc = sum(self.bonus) + 1
+        scale_nv = scale_pc * (pairs * (_PCIE_CLOSENESS_TOP - 1) + 1)
+        self.pair = [
+            [
+                links * scale_nv + (0 if links else closeness) * scale_pc
+                for links, closeness in zip(nv_row, pc_row, strict=True)
+            ]
+            for nv_row, pc_row in zip(self.nvlinks, self.closeness, strict=True)
+        ]
         self.unit = list(self.bonus)
-        self.best_pairs = _best_pair_masks(devices, self.nvlinks, self.closeness)
+        self.best_pairs = _best_pair_masks(
+            group, devices, self.nvlinks, self.closeness, _best_link_tier(topology, group)
+        )
         self._matchings: dict[int, int] = {}
 
     def rank(self, members: Sequence[int]) -> tuple[int, ...]:
@@ -310,33 +323,53 @@ class _SetScorer:
         return ties
 
 
+def _best_link_tier(topology: NumaTopology, group: DeviceGroup) -> tuple[int, int]:
+    """(NVLinks, PCIe closeness) of the machine's best pairs on one NUMA node (and partition):
+    the most NVLinks such a pair has, or, with no NVLink among them, the closest PCIe path."""
+    devices = [(group.resource, device) for device in group.devices]
+    weights = [
+        pair_weight(topology, first, second)
+        for index, first in enumerate(devices)
+        for second in devices[index + 1 :]
+        if _local_pair(group, first[1], second[1])
+    ]
+    top_nv = max((weight.nvlinks for weight in weights), default=0)
+    if top_nv > 0:
+        return top_nv, 0
+    return 0, max((weight.pcie_closeness for weight in weights), default=0)
+
+
+def _local_pair(group: DeviceGroup, first: DeviceInfo, second: DeviceInfo) -> bool:
+    if first.numa != second.numa:
+        return False
+    pair = {first.id, second.id}
+    return not group.partitions or any(pair <= partition for partition in group.partitions)
+
+
 def _best_pair_masks(
+    group: DeviceGroup,
     devices: Sequence[tuple[str, DeviceInfo]],
     nvlinks: Sequence[Sequence[int]],
     closeness: Sequence[Sequence[int]],
+    tier: tuple[int, int],
 ) -> list[int]:
-    """Per device, a bitmask of the devices it forms a best-linked pair with on its NUMA node.
+    """Per device, a bitmask of the devices it forms a best-linked pair with (see _best_link_tier).
 
-    Best-linked: the most NVLinks any pair on one NUMA node has, or, with no NVLink there, the
-    closest PCIe path. Pairs across NUMA nodes do not count: the kubelet gives a 2-device request
-    a single NUMA node whenever one has two free devices.
+    Pairs across NUMA nodes do not count: the kubelet gives a 2-device request a single NUMA node
+    whenever one has two free devices; nor do pairs no partition allows.
     """
+    top_nv, top_pc = tier
     size = len(devices)
-    local = [
-        [first != second and devices[first][1].numa == devices[second][1].numa for second in range(size)]
-        for first in range(size)
-    ]
-    local_pairs = [(first, second) for first in range(size) for second in range(size) if local[first][second]]
-    top_nv = max((nvlinks[first][second] for first, second in local_pairs), default=0)
-    top_pc = max((closeness[first][second] for first, second in local_pairs), default=0)
     masks = [0] * size
-    for first, second in local_pairs:
-        if top_nv > 0:
-            best_linked = nvlinks[first][second] == top_nv
-        else:
-            best_linked = top_pc > 0 and closeness[first][second] == top_pc
-        if best_linked:
-            masks[first] |= 1 << second
+    if top_nv == 0 and top_pc == 0:
+        return masks
+    for first in range(size):
+        for second in range(size):
+            if first == second or not _local_pair(group, devices[first][1], devices[second][1]):
+                continue
+            linked = nvlinks[first][second] == top_nv if top_nv > 0 else closeness[first][second] == top_pc
+            if linked:
+                masks[first] |= 1 << second
     return masks
 
 
