@@ -179,26 +179,24 @@ class Cache:
         if obj is None:
             self._numatopologies.pop(key, None)
         else:
-            self._numatopologies[key] = self._topology_record("Numatopology", key, obj, numatopology_to_topology)
+            self._numatopologies[key] = self._topology_record("Numatopology", key, obj)
 
     def _on_nrt(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
             self._nrts.pop(key, None)
         else:
-            self._nrts[key] = self._topology_record("NodeResourceTopology", key, obj, nrt_to_topology)
+            self._nrts[key] = self._topology_record("NodeResourceTopology", key, obj)
 
-    def _topology_record(
-        self, kind: str, key: str, obj: Mapping[str, Any], convert: Callable[[Mapping[str, Any]], NumaTopology]
-    ) -> _TopologyRecord:
+    def _topology_record(self, kind: str, key: str, obj: Mapping[str, Any]) -> _TopologyRecord:
         """A topology that does not convert leaves its node schedulable without NUMA awareness."""
-        reported = kind == "Numatopology"
         try:
-            topology = convert(obj)
-            allocations = reported_pod_allocations(obj) if reported else {}
+            if kind == "Numatopology":
+                topology = numatopology_to_topology(obj, lambda message: self._problem(kind, key, message))
+                return _TopologyRecord(topology, "", reported_pod_allocations(obj))
+            return _TopologyRecord(nrt_to_topology(obj), "", {})
         except ConversionError as error:
             self._problem(kind, key, error.message)
             return _TopologyRecord(None, f"{kind} {key}: {error.message}", {})
-        return _TopologyRecord(topology, "", allocations)
 
     # ---- assumptions --------------------------------------------------------------------------
 

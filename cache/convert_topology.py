@@ -17,7 +17,7 @@ cpuDetail):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from numasched.api.allocation import AllocationError, PodAllocation, allocation_from_mapping
@@ -234,8 +234,23 @@ def _reserved_cpus(spec: Mapping[str, Any], name: str, all_cpus: IdSet) -> IdSet
     return all_cpus - allocatable
 
 
-def numatopology_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
-    """A Numatopology object to NumaTopology; ConversionError names the field that is wrong."""
+def _annotated_devices(
+    text: str, name: str, numa_ids: set[int]
+) -> tuple[dict[str, DeviceGroup], dict[tuple[DeviceKey, DeviceKey], DeviceLink]]:
+    devices, links = parse_device_topology(text, name)
+    for group in devices.values():
+        for device in group.devices:
+            if device.numa is not None and device.numa not in numa_ids:
+                raise DeviceTopologyError(f"device {group.resource} {device.id}: unknown NUMA node {device.numa}")
+    return devices, links
+
+
+def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str], None] | None = None) -> NumaTopology:
+    """A Numatopology object to NumaTopology; ConversionError names the field that is wrong.
+
+    A device-topology annotation that does not parse is not fatal: on_warning hears why, and the
+    devices come from gpuDetail / numares with their NUMA nodes but no links.
+    """
     _, name, metadata = metadata_of(obj, "Numatopology")
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
@@ -258,17 +273,17 @@ def numatopology_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
     annotations = metadata.get("annotations") or {}
     links: dict[tuple[DeviceKey, DeviceKey], DeviceLink] = {}
     device_text = annotations.get(DEVICE_TOPOLOGY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    devices = _devices_without_annotation(spec, name, numa_ids)
     if device_text:
         try:
-            devices, links = parse_device_topology(str(device_text), name)
+            devices, links = _annotated_devices(str(device_text), name, numa_ids)
         except DeviceTopologyError as error:
-            raise _fail(name, f"annotation {DEVICE_TOPOLOGY_ANNOTATION}: {error}") from None
-        for group in devices.values():
-            for device in group.devices:
-                if device.numa is not None and device.numa not in numa_ids:
-                    raise _fail(name, f"device {group.resource} {device.id}: unknown NUMA node {device.numa}")
-    else:
-        devices = _devices_without_annotation(spec, name, numa_ids)
+            # Links are an optimisation: without them the node still gets NUMA-exact device choice.
+            if on_warning is not None:
+                on_warning(
+                    f"annotation {DEVICE_TOPOLOGY_ANNOTATION}: {error}; "
+                    "device choice on this node falls back to NUMA only"
+                )
     all_cpus = IdSet(info.cpu for info in cpus)
     return NumaTopology(
         node_name=name,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -210,3 +211,21 @@ def test_numatopology_from_a_machine_converts_losslessly() -> None:
     assert [(d.id, d.numa) for d in gpus.devices][:3] == [("0", 3), ("1", 3), ("2", 1)]
     link = topology.link(("nvidia.com/gpu", "0"), ("nvidia.com/gpu", "5"))
     assert link is not None and link.nvlinks == 12 and link.nvswitch
+
+
+def test_bad_device_topology_falls_back_to_numa_only_device_choice() -> None:
+    problems: list[str] = []
+    cache = Cache(on_problem=lambda kind, name, message: problems.append(f"{kind} {name}: {message}"))
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    annotation = json.loads(topology["metadata"]["annotations"]["numasched.io/device-topology"])
+    annotation["links"].append(
+        {"a": ["nvidia.com/gpu", "0"], "b": ["nvidia.com/gpu", "9"], "nvlinks": 1, "nvswitch": False, "pcie": "SYS"}
+    )
+    topology["metadata"]["annotations"]["numasched.io/device-topology"] = json.dumps(annotation)
+    add(cache, "Node", node)
+    add(cache, "Numatopology", topology)
+    converted = cache.snapshot().nodes["n1"].topology
+    assert converted is not None and converted.links == {}
+    gpus = converted.devices["nvidia.com/gpu"].devices
+    assert [(d.id, d.numa) for d in gpus] == [(str(i), 0 if i < 4 else 1) for i in range(8)]
+    assert len(problems) == 1 and "falls back to NUMA only" in problems[0] and "9" in problems[0]
