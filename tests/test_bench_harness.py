@@ -61,7 +61,7 @@ def test_workload_has_exact_pod_count_and_is_seeded(hack: None) -> None:
 
 
 def test_gang_jobs_are_podgroups_with_matching_members(hack: None) -> None:
-    group_annotation = hack_module("bench_workload").group_annotation
+    group_annotation = hack_module("bench_workload").GROUP_ANNOTATION
     generate_workload = hack_module("bench_workload").generate_workload
 
     arrivals = [a for a in generate_workload(400, seed=3) if a.kind == "training"]
@@ -79,7 +79,7 @@ def test_gang_jobs_are_podgroups_with_matching_members(hack: None) -> None:
 
 
 def test_mixes_shape_the_workload(hack: None) -> None:
-    mixes = hack_module("bench_workload").mixes
+    mixes = hack_module("bench_workload").MIXES
     generate_workload = hack_module("bench_workload").generate_workload
 
     kinds = Counter(a.kind for a in generate_workload(200, seed=1, mix=mixes["cpu-pinned"]))
@@ -101,7 +101,7 @@ def test_batches_keep_order_and_cover_everything(hack: None) -> None:
 
 
 def test_cluster_mixes_policies_and_shapes(hack: None) -> None:
-    policies = hack_module("bench_workload").policies
+    policies = hack_module("bench_workload").POLICIES
     generate_cluster = hack_module("bench_workload").generate_cluster
 
     nodes = generate_cluster(30, seed=5)
