@@ -97,8 +97,8 @@ def run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) ->
             str(workload),
             "--output",
             "json",
+            *list(extra),
         ]
-        + list(extra)
     )
     assert code == 0
     document: dict[str, object] = json.loads(capsys.readouterr().out)
