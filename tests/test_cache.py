@@ -229,3 +229,85 @@ def test_bad_device_topology_falls_back_to_numa_only_device_choice() -> None:
     gpus = converted.devices["nvidia.com/gpu"].devices
     assert [(d.id, d.numa) for d in gpus] == [(str(i), 0 if i < 4 else 1) for i in range(8)]
     assert len(problems) == 1 and "falls back to NUMA only" in problems[0] and "9" in problems[0]
+
+
+NRT = {
+    "apiVersion": "topology.node.k8s.io/v1alpha2",
+    "kind": "NodeResourceTopology",
+    "metadata": {"name": "n1"},
+    "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+    "attributes": [{"name": "topologyManagerScope", "value": "pod"}],
+    "zones": [
+        {
+            "name": f"node-{numa}",
+            "type": "Node",
+            "costs": [
+                {"name": "node-0", "value": 10 if numa == 0 else 21},
+                {"name": "node-1", "value": 21 - 11 * numa},
+            ],
+            "resources": [
+                {"name": "cpu", "capacity": "24", "allocatable": "22", "available": "22"},
+                {"name": "memory", "capacity": "64Gi", "allocatable": "60Gi", "available": "60Gi"},
+                {"name": "nvidia.com/gpu", "capacity": "2", "allocatable": "2", "available": "2"},
+            ],
+        }
+        for numa in (0, 1)
+    ],
+}
+
+
+def test_node_resource_topology_gives_counts_per_numa_node() -> None:
+    from numasched.api.topology import TopologyScope
+    from numasched.cache.convert_topology import nrt_to_topology
+
+    topology = nrt_to_topology(NRT)
+    assert topology.numa_ids == (0, 1)
+    assert [len(topology.cpus_by_numa[n]) for n in (0, 1)] == [22, 22]
+    assert topology.memory["memory"] == {0: 60 * 2**30, 1: 60 * 2**30}
+    assert [d.numa for d in topology.devices["nvidia.com/gpu"].devices] == [0, 0, 1, 1]
+    assert topology.policies.topology_manager_policy is TopologyPolicy.SINGLE_NUMA_NODE
+    assert topology.policies.topology_manager_scope is TopologyScope.POD
+    assert topology.distance(0, 1) == 21 and not topology.cpu_ids_known
+
+
+def test_bindings_on_count_only_topologies_carry_numa_nodes_not_placeholder_ids() -> None:
+    from numasched.api.node import NodeInfo
+    from numasched.api.numamask import NumaMask
+    from numasched.api.task import TaskInfo
+    from numasched.cache.binder import binding_annotations
+    from numasched.cache.convert_topology import nrt_to_topology
+
+    node = NodeInfo(name="n1", topology=nrt_to_topology(NRT))
+    task = pod_to_task(pod("p"))
+    task.allocation = PodAllocation(
+        (ContainerAllocation("main", IdSet.parse("0-1"), NumaMask.of(0), {"nvidia.com/gpu": ("node-0-0",)}),)
+    )
+    annotations = binding_annotations(task, node)
+    assert json.loads(annotations[ALLOCATION_ANNOTATION]) == {"containers": {"main": {"numa": [0]}}}
+    assert isinstance(task, TaskInfo)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda obj: obj.update(zones=[]), "zones is missing or empty"),
+        (lambda obj: obj["zones"][0].update(name="socket"), "expected a name like node-0"),
+        (
+            lambda obj: obj["zones"][0]["resources"][0].update(allocatable="lots"),
+            "zones\\[node-0\\].resources\\[cpu\\]: invalid quantity",
+        ),
+        (
+            lambda obj: obj.update(attributes=[{"name": "topologyManagerPolicy", "value": "strict"}]),
+            "unknown value 'strict'",
+        ),
+    ],
+)
+def test_bad_node_resource_topologies_are_refused(mutate: Any, message: str) -> None:
+    import copy
+
+    from numasched.cache.convert_topology import nrt_to_topology
+
+    obj = copy.deepcopy(NRT)
+    mutate(obj)
+    with pytest.raises(ConversionError, match=message):
+        nrt_to_topology(obj)
