@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+from conftest import load_hack_module
 
 from numasched.api.idset import IdSet
 from numasched.cache.convert_topology import numatopology_to_topology, reported_pod_allocations
@@ -21,15 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 GOLDEN_MACHINES = ["dgx1-v100", "hgx-h100", "dgx-a100", "epyc-1s-nps4"]
 
 
-def load_gen_sysfs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_sysfs", REPO / "hack/gen_sysfs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_sysfs = load_gen_sysfs()
+gen_sysfs = load_hack_module("gen_sysfs")
 
 
 @pytest.mark.parametrize("machine_name", GOLDEN_MACHINES)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pynvml
 import pytest
+from conftest import load_hack_module
 
 from numasched.api.topology import DeviceLink, PcieDistance
 from numasched.exporter.command import GpuCache
@@ -16,15 +15,7 @@ from numasched.exporter.gpus import gpu_fingerprint, read_gpus
 REPO = Path(__file__).resolve().parent.parent
 
 
-def load_gen_sysfs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_sysfs", REPO / "hack/gen_sysfs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_sysfs = load_gen_sysfs()
+gen_sysfs = load_hack_module("gen_sysfs")
 
 
 def test_hgx_h100_gpus_are_on_an_nvswitch_fabric(monkeypatch: pytest.MonkeyPatch) -> None:

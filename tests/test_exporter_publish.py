@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+from conftest import load_hack_module
 from kubeapi_server import KubeApiServer
 from kubernetes_asyncio import client
 from kubernetes_asyncio.config import load_kube_config
@@ -28,15 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 API_VERSION = f"{NUMATOPOLOGY_GROUP}/{NUMATOPOLOGY_VERSION}"
 
 
-def load_gen_sysfs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_sysfs", REPO / "hack/gen_sysfs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_sysfs = load_gen_sysfs()
+gen_sysfs = load_hack_module("gen_sysfs")
 
 
 @pytest.fixture

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import structlog
+from conftest import load_hack_module
 
 from numasched.api.idset import IdSet
 from numasched.api.topology import PcieDistance
@@ -18,15 +17,7 @@ from numasched.exporter.rdma import read_rdma_devices
 REPO = Path(__file__).resolve().parent.parent
 
 
-def load_gen_sysfs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_sysfs", REPO / "hack/gen_sysfs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_sysfs = load_gen_sysfs()
+gen_sysfs = load_hack_module("gen_sysfs")
 
 
 @pytest.mark.parametrize("machine_name", ["dgx1-v100", "hgx-h100", "dgx-a100", "epyc-1s-nps4", "pcie-8gpu-2numa"])
