@@ -24,7 +24,7 @@ kubelet's decision bit for bit (pkg/kubelet/cm/topologymanager, policy*.go and n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import product
 
 import attrs
@@ -218,11 +218,109 @@ class HintMerger:
     def combinations(self) -> Iterator[tuple[TopologyHint, ...]]:
         return product(*self.hint_lists)
 
-    def merge(self) -> TopologyHint:
+    def merge_exhaustive(self) -> TopologyHint:
+        """The kubelet's fold itself, over every combination: the reference for merge."""
         best: TopologyHint | None = None
         for combination in self.combinations():
             best = self.compare(best, merge_combination(self.numa_nodes, combination))
         return best if best is not None else TopologyHint(self.numa_nodes, False)
+
+    def merge(self) -> TopologyHint:
+        """The fold's result without walking every combination.
+
+        compare is a total order on merged hints (preferred first, then the mask orders below),
+        so the fold returns the minimum over the set of distinct merged hints whatever the order
+        of the walk; that set is computed directly: the preferred masks by set intersection, the
+        others by folding the lists into the set of reachable ANDs (at most 2^NUMA nodes).
+        """
+        if any(not hints for hints in self.hint_lists):
+            return TopologyHint(self.numa_nodes, False)
+        preferred = self.best_preferred_bits()
+        if preferred is not None:
+            return TopologyHint(NumaMask(preferred), True)
+        best: int | None = None
+        best_key: tuple[int, int, float, int] | None = None
+        for bits in self.reachable_bits():
+            key = self.non_preferred_key(bits)
+            if best_key is None or key < best_key:
+                best, best_key = bits, key
+        return TopologyHint(self.numa_nodes if best is None else NumaMask(best), False)
+
+    def preferred_candidate_bits(self) -> set[int]:
+        """Non-empty masks of the preferred merged hints.
+
+        A combination is preferred when all its hints are preferred and all stated affinities
+        equal one mask A (or none is stated): it merges to default & A, or to the default.
+        """
+        default = self.numa_nodes.bits
+        required: set[int] | None = None
+        offered: set[int] = set()
+        every_list_has_any = True
+        for hints in self.hint_lists:
+            stated = {hint.affinity.bits for hint in hints if hint.preferred and hint.affinity is not None}
+            if any(hint.preferred and hint.affinity is None for hint in hints):
+                offered |= stated
+                continue
+            every_list_has_any = False
+            required = stated if required is None else required & stated
+            if not required:
+                return set()
+        # Lists with a preferred "any" take any A; the others must each state A themselves.
+        masks = offered if required is None else required
+        candidates = {default & bits for bits in masks}
+        if every_list_has_any:
+            candidates.add(default)
+        candidates.discard(0)
+        return candidates
+
+    def best_preferred_bits(self) -> int | None:
+        """The preferred merged mask the fold would pick, None when no preferred hint exists."""
+        best: int | None = None
+        best_key: tuple[int, float, int] | None = None
+        for bits in self.preferred_candidate_bits():
+            key = (bits.bit_count(), self.closeness(bits), bits)
+            if best_key is None or key < best_key:
+                best, best_key = bits, key
+        return best
+
+    def reachable_bits(self) -> set[int]:
+        """Every non-empty mask some combination merges to."""
+        reachable = {self.numa_nodes.bits}
+        for hints in self.hint_lists:
+            stated = {hint.affinity.bits for hint in hints if hint.affinity is not None}
+            keeps = any(hint.affinity is None for hint in hints)
+            step = {bits & mask for bits in reachable for mask in stated}
+            if keeps:
+                step |= reachable
+            step.discard(0)
+            if not step:
+                return step
+            reachable = step
+        reachable.discard(0)
+        return reachable
+
+    def closeness(self, bits: int) -> float:
+        if not self.prefer_closest:
+            return 0.0
+        return average_distance(NumaMask(bits), self.distances)
+
+    def non_preferred_key(self, bits: int) -> tuple[int, int, float, int]:
+        """compare's order on non-preferred masks as a sort key: the target width first, then
+        narrower ones (wider first), then wider ones (narrower first); ties as fitter_mask."""
+        count = bits.bit_count()
+        target = self.best_non_preferred_count
+        if count == target:
+            band, width = 0, 0
+        elif count < target:
+            band, width = 1, -count
+        else:
+            band, width = 2, count
+        return (band, width, self.closeness(bits), bits)
+
+    def has_preferred(self) -> bool:
+        if any(not hints for hints in self.hint_lists):
+            return False
+        return bool(self.preferred_candidate_bits())
 
 
 def merge(
@@ -239,19 +337,60 @@ def merge(
     prefer_closest: the kubelet's prefer-closest-numa-nodes option (ignored, as by the kubelet,
     under single-numa-node); distances: NUMA distances as the kernel reports them.
     """
+    return _merge_with(HintMerger.merge, policy, providers_hints, numa_nodes, prefer_closest, distances)
+
+
+def merge_admits(
+    policy: TopologyPolicy | str,
+    providers_hints: Sequence[ResourceHints | None],
+    numa_nodes: Iterable[int],
+    *,
+    prefer_closest: bool = False,
+    distances: Distances | None = None,
+) -> bool:
+    """merge(...)[1] without choosing the hint: restricted and single-numa-node admit exactly
+    when some combination merges to a preferred hint; none and best-effort admit everything."""
+    del prefer_closest, distances  # the order among hints does not change whether one is preferred
+    chosen = policy if isinstance(policy, TopologyPolicy) else parse_policy(policy)
+    if chosen in (TopologyPolicy.NONE, TopologyPolicy.BEST_EFFORT):
+        return True
+    hint_lists = expand_provider_hints(providers_hints)
+    if chosen is TopologyPolicy.SINGLE_NUMA_NODE:
+        hint_lists = filter_single_numa_hints(hint_lists)
+    return HintMerger.create(NumaMask.from_ids(numa_nodes), hint_lists).has_preferred()
+
+
+def _merge_exhaustive(
+    policy: TopologyPolicy | str,
+    providers_hints: Sequence[ResourceHints | None],
+    numa_nodes: Iterable[int],
+    *,
+    prefer_closest: bool = False,
+    distances: Distances | None = None,
+) -> tuple[TopologyHint, bool]:
+    """merge by walking every combination, as the kubelet does: the reference merge is tested against."""
+    return _merge_with(HintMerger.merge_exhaustive, policy, providers_hints, numa_nodes, prefer_closest, distances)
+
+
+def _merge_with(
+    fold: Callable[[HintMerger], TopologyHint],
+    policy: TopologyPolicy | str,
+    providers_hints: Sequence[ResourceHints | None],
+    numa_nodes: Iterable[int],
+    prefer_closest: bool,
+    distances: Distances | None,
+) -> tuple[TopologyHint, bool]:
     chosen = policy if isinstance(policy, TopologyPolicy) else parse_policy(policy)
     if chosen is TopologyPolicy.NONE:
         return TopologyHint(None, False), True
     default = NumaMask.from_ids(numa_nodes)
     hint_lists = expand_provider_hints(providers_hints)
     if chosen is TopologyPolicy.SINGLE_NUMA_NODE:
-        merger = HintMerger.create(default, filter_single_numa_hints(hint_lists))
-        best = merger.merge()
+        best = fold(HintMerger.create(default, filter_single_numa_hints(hint_lists)))
         if best.affinity == default:
             best = TopologyHint(None, best.preferred)
         return best, best.preferred
-    merger = HintMerger.create(default, hint_lists, prefer_closest=prefer_closest, distances=distances)
-    best = merger.merge()
+    best = fold(HintMerger.create(default, hint_lists, prefer_closest=prefer_closest, distances=distances))
     if chosen is TopologyPolicy.BEST_EFFORT:
         return best, True
     return best, best.preferred
