@@ -35,10 +35,12 @@ from numasched.plugins.numaaware.providers.cpu_assignment import (
     take_packed,
 )
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
+from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 
 __all__ = [
     "CpuAssignmentError",
     "CpuHintProvider",
+    "CpuNodeIndex",
     "CpuTopologyError",
     "SmtAlignmentError",
     "StaticPolicyOptions",
@@ -124,6 +126,35 @@ class StaticPolicyOptions:
         for problem in problems:
             log.debug("cpu manager options", node=topology.node_name, problem=problem)
         return options
+
+
+@attrs.frozen(slots=True)
+class CpuNodeIndex:
+    """What the CPU provider derives from a node's topology alone, built once per topology."""
+
+    layout: CpuLayout
+    options: StaticPolicyOptions
+    # NUMA nodes that have CPUs, in order, and their CPUs.
+    numa_ids: tuple[int, ...]
+    cpus_by_numa: dict[int, IdSet]
+    # Every NUMA mask over numa_ids (iterate_masks order), its ids, and all CPUs it holds.
+    masks: tuple[tuple[NumaMask, tuple[int, ...], int], ...]
+
+    @classmethod
+    def of(cls, topology: NumaTopology) -> CpuNodeIndex:
+        layout = CpuLayout.from_topology(topology)
+        numa_ids = tuple(sorted(layout.cpus_by_numa))
+        masks = []
+        for mask in iterate_masks(numa_ids):
+            ids = tuple(mask.ids())
+            masks.append((mask, ids, sum(len(layout.cpus_by_numa[numa]) for numa in ids)))
+        return cls(
+            layout=layout,
+            options=StaticPolicyOptions.of(topology),
+            numa_ids=numa_ids,
+            cpus_by_numa={numa: IdSet(layout.cpus_by_numa[numa]) for numa in numa_ids},
+            masks=tuple(masks),
+        )
 
 
 def _check_available(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
@@ -222,7 +253,12 @@ def guaranteed_cpus(request: HintRequest) -> int:
 
 
 def cpu_hints(
-    topology: NumaTopology, free_cpus: IdSet, request_cpus: int, reusable: IdSet | None = None
+    topology: NumaTopology,
+    free_cpus: IdSet,
+    request_cpus: int,
+    reusable: IdSet | None = None,
+    *,
+    index: CpuNodeIndex | None = None,
 ) -> list[TopologyHint]:
     """The kubelet's CPU topology hints for `request_cpus` exclusive CPUs.
 
@@ -230,35 +266,33 @@ def cpu_hints(
     are CPUs this pod already holds and may use again (its finished init containers'); a mask must
     contain all of them. With full-pcpus-only only whole free cores count, and a request that is not
     a multiple of the threads per core gets no hint at all (the kubelet rejects it).
+    `index`: the topology's CpuNodeIndex when the caller keeps one (else it is built here).
     """
-    layout = CpuLayout.from_topology(topology)
-    options = StaticPolicyOptions.of(topology)
+    if index is None:
+        index = CpuNodeIndex.of(topology)
+    layout = index.layout
     reusable = reusable or IdSet()
     available = (free_cpus & topology.allocatable_cpus) - reusable
-    if options.full_pcpus_only:
+    if index.options.full_pcpus_only:
         if request_cpus % layout.cpus_per_core != 0:
             return []
         available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
 
-    numa_ids = sorted(layout.cpus_by_numa)
-    free_per_numa = {numa: len(layout.cpus_by_numa[numa] & frozenset(available)) for numa in numa_ids}
-    reusable_numas = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info})
-    min_affinity = len(numa_ids)
-    hints: list[TopologyHint] = []
-    for mask in iterate_masks(numa_ids):
-        numas = mask.ids()
-        total_in_mask = sum(len(layout.cpus_by_numa[numa]) for numa in numas)
-        if total_in_mask >= request_cpus and mask.count() < min_affinity:
-            min_affinity = mask.count()
-        if not reusable_numas.is_subset_of(mask):
+    free_per_numa = {numa: len(cpus & available) for numa, cpus in index.cpus_by_numa.items()}
+    reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
+    reused = len(reusable)
+    min_affinity = len(index.numa_ids)
+    fitting: list[NumaMask] = []
+    for mask, numas, total_in_mask in index.masks:
+        width = len(numas)
+        if total_in_mask >= request_cpus and width < min_affinity:
+            min_affinity = width
+        if reusable_bits & ~mask.bits:
             continue
-        if len(reusable) + sum(free_per_numa[numa] for numa in numas) < request_cpus:
+        if reused + sum(free_per_numa[numa] for numa in numas) < request_cpus:
             continue
-        hints.append(TopologyHint(mask, False))
-    return [
-        TopologyHint(hint.affinity, hint.affinity is not None and hint.affinity.count() == min_affinity)
-        for hint in hints
-    ]
+        fitting.append(mask)
+    return [TopologyHint(mask, mask.count() == min_affinity) for mask in fitting]
 
 
 # -- allocation -------------------------------------------------------------------------------------
@@ -270,9 +304,12 @@ def allocate_cpus(
     count: int,
     affinity: NumaMask | None,
     options: StaticPolicyOptions,
+    *,
+    layout: CpuLayout | None = None,
 ) -> IdSet:
     """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs)."""
-    layout = CpuLayout.from_topology(topology)
+    if layout is None:
+        layout = CpuLayout.from_topology(topology)
     _check_available(layout, topology, available, count)
     if options.full_pcpus_only:
         _check_smt(layout, topology, available, count)
@@ -290,9 +327,16 @@ def _containers_in_order(request: HintRequest) -> list[ContainerInfo]:
     return init + apps
 
 
+def _index_memo() -> TopologyMemo[CpuNodeIndex]:
+    return TopologyMemo(CpuNodeIndex.of)
+
+
 @attrs.frozen(slots=True)
 class CpuHintProvider:
     """The CPU manager static policy as a HintProvider (see base.HintProvider)."""
+
+    # One CpuNodeIndex per node topology, for as long as this provider lives.
+    indexes: TopologyMemo[CpuNodeIndex] = attrs.field(factory=_index_memo, init=False, eq=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -309,7 +353,7 @@ class CpuHintProvider:
         if count == 0:
             return None
         try:
-            return {"cpu": cpu_hints(topology, free.cpus, count)}
+            return {"cpu": cpu_hints(topology, free.cpus, count, index=self.indexes.get(topology))}
         except CpuTopologyError as error:
             log.warning("cpu hints unavailable", pod=request.pod, node=topology.node_name, error=str(error))
             return {"cpu": []}
@@ -353,7 +397,8 @@ class CpuHintProvider:
                 continue
             pool = available | reusable
             try:
-                cpus = allocate_cpus(topology, pool, count, best_hint.affinity, options)
+                layout = self.indexes.get(topology).layout
+                cpus = allocate_cpus(topology, pool, count, best_hint.affinity, options, layout=layout)
             except (CpuAssignmentError, CpuTopologyError) as error:
                 raise ProviderError(
                     f"cpu: cannot pick {count} exclusive CPUs for {request.describe()} of pod {request.pod} "
