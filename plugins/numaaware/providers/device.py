@@ -42,6 +42,7 @@ from numasched.plugins.numaaware.providers.device_sets import (
     choose_nics,
     nic_preference,
 )
+from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 
 log = structlog.get_logger(__name__)
 
@@ -72,36 +73,72 @@ def _numa_ids(group: DeviceGroup, ids: Iterable[str]) -> list[int | None]:
     return [group.by_id[device_id].numa for device_id in ids if device_id in group.by_id]
 
 
+@attrs.frozen(slots=True)
+class DeviceGroupIndex:
+    """What device_hints derives from one device group and the node's NUMA ids alone."""
+
+    has_numa: bool
+    # A set lies in one partition where the node has partitions; else the whole group is one.
+    blocks: tuple[frozenset[str], ...]
+    # Every NUMA mask (iterate_masks order), its ids, and the most devices one block has in it.
+    masks: tuple[tuple[NumaMask, tuple[int, ...], int], ...]
+
+    @classmethod
+    def of(cls, group: DeviceGroup, numa_ids: Sequence[int]) -> DeviceGroupIndex:
+        blocks: tuple[frozenset[str], ...] = tuple(group.partitions) or (frozenset(group.by_id),)
+        total_numa = [
+            _numa_ids(group, [device.id for device in group.devices if device.id in block]) for block in blocks
+        ]
+        masks = tuple(
+            (mask, tuple(mask.ids()), max(_count_in(mask, numas) for numas in total_numa))
+            for mask in iterate_masks(numa_ids)
+        )
+        return cls(any(device.numa is not None for device in group.devices), blocks, masks)
+
+
+def device_group_indexes(topology: NumaTopology) -> dict[str, DeviceGroupIndex]:
+    return {resource: DeviceGroupIndex.of(group, topology.numa_ids) for resource, group in topology.devices.items()}
+
+
 def device_hints(
-    group: DeviceGroup, numa_ids: Sequence[int], free: Sequence[str], request: int
+    group: DeviceGroup,
+    numa_ids: Sequence[int],
+    free: Sequence[str],
+    request: int,
+    *,
+    index: DeviceGroupIndex | None = None,
 ) -> list[TopologyHint] | None:
     """The kubelet device manager's hints for `request` devices of one resource.
 
     None: no device has NUMA information (no preference); []: not satisfiable on this node.
+    `index`: DeviceGroupIndex.of(group, numa_ids) when the caller keeps one.
     """
     if request <= 0:
         return None
-    if not any(device.numa is not None for device in group.devices):
+    if index is None:
+        index = DeviceGroupIndex.of(group, numa_ids)
+    if not index.has_numa:
         return None
     free_ids = [device_id for device_id in dict.fromkeys(free) if device_id in group.by_id]
     if len(free_ids) < request:
         return []
-    # A set lies in one partition where the node has partitions; else the whole group is one.
-    blocks: list[frozenset[str]] = list(group.partitions) or [frozenset(group.by_id)]
-    total_numa = [_numa_ids(group, [device.id for device in group.devices if device.id in block]) for block in blocks]
-    free_numa = [_numa_ids(group, [device_id for device_id in free_ids if device_id in block]) for block in blocks]
+    free_per_block: list[dict[int, int]] = []
+    for block in index.blocks:
+        per_numa: dict[int, int] = {}
+        for device_id in free_ids:
+            numa = group.by_id[device_id].numa
+            if numa is not None and device_id in block:
+                per_numa[numa] = per_numa.get(numa, 0) + 1
+        free_per_block.append(per_numa)
     min_affinity_size = len(numa_ids)
-    hints: list[TopologyHint] = []
-    for mask in iterate_masks(numa_ids):
-        in_mask_total = max(_count_in(mask, numas) for numas in total_numa)
-        if in_mask_total >= request and mask.count() < min_affinity_size:
-            min_affinity_size = mask.count()
-        if max(_count_in(mask, numas) for numas in free_numa) >= request:
-            hints.append(TopologyHint(mask, preferred=False))
-    return [
-        TopologyHint(hint.affinity, hint.affinity is not None and hint.affinity.count() == min_affinity_size)
-        for hint in hints
-    ]
+    fitting: list[NumaMask] = []
+    for mask, numas, in_mask_total in index.masks:
+        width = len(numas)
+        if in_mask_total >= request and width < min_affinity_size:
+            min_affinity_size = width
+        if max(sum(per_numa.get(numa, 0) for numa in numas) for per_numa in free_per_block) >= request:
+            fitting.append(mask)
+    return [TopologyHint(mask, mask.count() == min_affinity_size) for mask in fitting]
 
 
 def _count_in(mask: NumaMask, numas: Iterable[int | None]) -> int:
@@ -179,6 +216,10 @@ class DeviceProvider:
     nic_resources: frozenset[str] = frozenset(DEFAULT_NIC_RESOURCES)
     nic_alignment: NicAlignment = NicAlignment.PREFERRED
     provider_name: str = DEVICE_PROVIDER_NAME
+    # DeviceGroupIndex per resource, per node topology, for as long as this provider lives.
+    indexes: TopologyMemo[dict[str, DeviceGroupIndex]] = attrs.field(
+        factory=lambda: TopologyMemo(device_group_indexes), init=False, eq=False, repr=False
+    )
 
     @property
     def name(self) -> str:
@@ -199,7 +240,8 @@ class DeviceProvider:
                 # Not a device this node reports: the kubelet would have no topology for it.
                 result[resource] = None
                 continue
-            result[resource] = device_hints(group, topology.numa_ids, free.free_devices(resource), count)
+            index = self.indexes.get(topology)[resource]
+            result[resource] = device_hints(group, topology.numa_ids, free.free_devices(resource), count, index=index)
         return result or None
 
     def allocate(
