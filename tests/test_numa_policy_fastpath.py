@@ -1,4 +1,5 @@
-"""merge's set-based fast path against the kubelet's exhaustive fold over every combination.
+"""merge's set-based fast path against the kubelet's exhaustive fold over every combination, and the
+per-topology indexes the CPU and device providers keep.
 
 The exhaustive walk (policy._merge_exhaustive) is the kubelet's algorithm as written; merge must
 return the same hint and admit flag for every input, policy and option, and merge_admits must
@@ -7,13 +8,20 @@ agree with merge's admit flag.
 
 from __future__ import annotations
 
+import gc
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
-from numasched.api.topology import TopologyPolicy
+from numasched.api.topology import CpuInfo, DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
 from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge, merge_admits
+from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hints
+from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hints
+from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 
 Scenario = tuple[list[int], list[ResourceHints | None], dict[int, dict[int, int]]]
 
@@ -95,3 +103,98 @@ def test_eight_numa_full_cross_product_is_not_walked() -> None:
     assert (best, admit) == (TopologyHint(NumaMask.of(6, 7), False), True)
     assert merge_admits(TopologyPolicy.RESTRICTED, none_preferred, numa_ids) is False
     assert merge_admits(TopologyPolicy.BEST_EFFORT, none_preferred, numa_ids) is True
+
+
+# -- per-topology indexes ---------------------------------------------------------------------------
+
+
+def small_topology(name: str) -> NumaTopology:
+    cpus = tuple(CpuInfo(cpu=c, core=c % 4, socket=(c % 4) // 2, numa=(c % 4) // 2, l3=(c % 4) // 2) for c in range(8))
+    return NumaTopology(node_name=name, numa_ids=(0, 1), cpus=cpus)
+
+
+def test_topology_memo_builds_once_per_topology_object_and_forgets_collected_ones() -> None:
+    built: list[str] = []
+
+    def build(topology: NumaTopology) -> str:
+        built.append(topology.node_name)
+        return topology.node_name.upper()
+
+    memo = TopologyMemo(build)
+    first, twin = small_topology("a"), small_topology("a")
+    assert memo.get(first) == "A" and memo.get(first) == "A"
+    assert memo.get(twin) == "A"
+    assert built == ["a", "a"]
+    del first
+    gc.collect()
+    assert len(memo) == 1
+    assert memo.get(twin) == "A" and built == ["a", "a"]
+
+
+def test_topology_memo_does_not_remember_a_failed_build() -> None:
+    calls: list[int] = []
+
+    def build(topology: NumaTopology) -> CpuNodeIndex:
+        calls.append(1)
+        return CpuNodeIndex.of(topology)
+
+    memo = TopologyMemo(build)
+    empty = NumaTopology(node_name="bare", numa_ids=(0,))
+    for _ in range(2):
+        with pytest.raises(CpuTopologyError, match="bare"):
+            memo.get(empty)
+    assert len(calls) == 2 and len(memo) == 0
+
+
+def test_cpu_hints_with_a_kept_index_equal_a_fresh_build() -> None:
+    topology = small_topology("n")
+    index = CpuNodeIndex.of(topology)
+    for free in ["0-7", "0,2,4", "1,3", "5"]:
+        for count in range(1, 6):
+            assert cpu_hints(topology, IdSet.parse(free), count, index=index) == cpu_hints(
+                topology, IdSet.parse(free), count
+            )
+
+
+@st.composite
+def device_cases(draw: st.DrawFn) -> tuple[DeviceGroup, list[str], int]:
+    numa = st.one_of(st.none(), st.integers(0, 3))
+    devices = tuple(DeviceInfo(f"d{i}", draw(numa)) for i in range(draw(st.integers(1, 8))))
+    names = [device.id for device in devices]
+    partitions: tuple[frozenset[str], ...] = ()
+    if draw(st.booleans()):
+        partitions = tuple(
+            frozenset(part) for part in draw(st.lists(st.sets(st.sampled_from(names), min_size=1), max_size=3))
+        )
+    free = draw(st.lists(st.sampled_from([*names, "unknown"]), max_size=10))
+    return DeviceGroup("example.com/dev", devices, partitions), free, draw(st.integers(0, 6))
+
+
+@settings(max_examples=300, deadline=None)
+@given(device_cases())
+def test_device_hints_count_devices_per_mask_and_partition(case: tuple[DeviceGroup, list[str], int]) -> None:
+    group, free, request = case
+    numa_ids = [0, 1, 2, 3]
+    actual = device_hints(group, numa_ids, free, request, index=DeviceGroupIndex.of(group, numa_ids))
+    assert actual == device_hints(group, numa_ids, free, request)
+    # Reference: count, for every mask, the devices of each partition whose NUMA node is in it.
+    if request <= 0 or all(device.numa is None for device in group.devices):
+        assert actual is None
+        return
+    free_ids = {device_id for device_id in free if device_id in group.by_id}
+    if len(free_ids) < request:
+        assert actual == []
+        return
+    blocks = list(group.partitions) or [frozenset(group.by_id)]
+
+    def most_in(mask: NumaMask, ids: set[str] | frozenset[str]) -> int:
+        return max(
+            sum(1 for d in block if d in ids and (n := group.by_id[d].numa) is not None and mask.is_set(n))
+            for block in blocks
+        )
+
+    masks = list(iterate_masks(numa_ids))
+    every = set(group.by_id)
+    narrowest = min((mask.count() for mask in masks if most_in(mask, every) >= request), default=len(numa_ids))
+    expected = [TopologyHint(m, m.count() == narrowest) for m in masks if most_in(m, free_ids) >= request]
+    assert actual == expected
