@@ -106,6 +106,23 @@ class Resource:
                 missing.append(name)
         return missing
 
+    def insufficient_after(self, available: Resource, plus: Resource, minus: Resource) -> list[str]:
+        """insufficient(available + plus - minus), without building the sum: the scheduler asks
+        this of every node for every task (a node's future idle is idle + releasing - pipelined)."""
+        missing: list[str] = []
+        if self.milli_cpu > available.milli_cpu + plus.milli_cpu - minus.milli_cpu + _MILLI_TOLERANCE:
+            missing.append(CPU)
+        if self.memory > available.memory + plus.memory - minus.memory + _MEMORY_TOLERANCE:
+            missing.append(MEMORY)
+        if self.scalars:
+            for name, value in self.scalars.items():
+                if value <= _MILLI_TOLERANCE:
+                    continue
+                free = available.scalars.get(name, 0.0) + plus.scalars.get(name, 0.0) - minus.scalars.get(name, 0.0)
+                if value > free + _MILLI_TOLERANCE:
+                    missing.append(name)
+        return missing
+
     def describe(self) -> str:
         parts = [f"cpu={self.milli_cpu:g}m", f"memory={self.memory:g}"]
         parts.extend(f"{name}={value:g}" for name, value in sorted(self.scalars.items()))

@@ -163,7 +163,8 @@ def check_node(task: TaskInfo, node: NodeInfo) -> Status:
     if not node_affinity_matches(task, node):
         return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, AFFINITY_MISMATCH, PLUGIN_NAME)
     reasons = [TOO_MANY_PODS] if too_many_pods(node) else []
-    reasons.extend(insufficient_resources(task.init_resreq, node.future_idle()))
+    missing = task.init_resreq.insufficient_after(node.idle, node.releasing, node.pipelined)
+    reasons.extend(f"Insufficient {name}" for name in missing)
     if reasons:
         return Status(StatusCode.UNSCHEDULABLE, ", ".join(reasons), PLUGIN_NAME)
     return SUCCESS
