@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import structlog
@@ -117,12 +117,17 @@ class Session:
 
         # task uid -> node name -> why the task did not fit there.
         self.fit_errors: dict[str, dict[str, list[Status]]] = {}
+        # Where the next sampled predicate scan starts, as an index into the action's node order:
+        # each scan goes on where the previous one stopped, so every node gets its turn.
+        self.node_scan_offset = 0
         self.bind_requests: list[BindRequest] = []
         self.evictions: list[Eviction] = []
         # Statements of pipelined jobs: neither bound nor rolled back (Volcano keeps them).
         self.kept_statements: dict[str, list[Statement]] = {}
         self.job_updates: dict[str, JobUpdate] = {}
         self._tiers_cache: dict[str, list[list[str]]] = {}
+        # (point, id of the registration dict) -> its functions in tier order; cleared on registration.
+        self._ordered_cache: dict[tuple[str, int], list[tuple[str, Any]]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -163,56 +168,73 @@ class Session:
             self._tiers_cache[point] = cached
         return cached
 
-    def _in_order(self, point: str, fns: dict[str, _Fn]) -> Iterable[tuple[str, _Fn]]:
-        for names in self._tiers(point):
-            for name in names:
-                fn = fns.get(name)
-                if fn is not None:
-                    yield name, fn
+    def _in_order(self, point: str, fns: dict[str, _Fn]) -> list[tuple[str, _Fn]]:
+        """The registered functions for `point`, tier by tier; built once per registration state,
+        since the hot paths (predicate, node order) ask for it per node."""
+        key = (point, id(fns))
+        cached = self._ordered_cache.get(key)
+        if cached is None:
+            cached = [(name, fns[name]) for names in self._tiers(point) for name in names if name in fns]
+            self._ordered_cache[key] = cached
+        return cached
 
     # -- registration ----------------------------------------------------------------------------
 
     def add_predicate_fn(self, name: str, fn: PredicateFn) -> None:
         self._predicate_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_pre_predicate_fn(self, name: str, fn: PrePredicateFn) -> None:
         self._pre_predicate_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_node_order_fn(self, name: str, fn: NodeOrderFn) -> None:
         self._node_order_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_batch_node_order_fn(self, name: str, fn: BatchNodeOrderFn) -> None:
         self._batch_node_order_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_best_node_fn(self, name: str, fn: BestNodeFn) -> None:
         self._best_node_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_job_order_fn(self, name: str, fn: JobOrderFn) -> None:
         self._job_order_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_task_order_fn(self, name: str, fn: TaskOrderFn) -> None:
         self._task_order_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_job_ready_fn(self, name: str, fn: JobReadyFn) -> None:
         self._job_ready_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_job_pipelined_fn(self, name: str, fn: JobVoteFn) -> None:
         self._job_pipelined_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_job_valid_fn(self, name: str, fn: JobValidFn) -> None:
         self._job_valid_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_job_enqueueable_fn(self, name: str, fn: JobVoteFn) -> None:
         self._job_enqueueable_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_allocatable_fn(self, name: str, fn: AllocatableFn) -> None:
         self._allocatable_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_preemptable_fn(self, name: str, fn: EvictableFn) -> None:
         self._preemptable_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_reclaimable_fn(self, name: str, fn: EvictableFn) -> None:
         self._reclaimable_fns[name] = fn
+        self._ordered_cache.clear()
 
     def add_event_handler(self, handler: EventHandler) -> None:
         self.event_handlers.append(handler)
@@ -237,7 +259,10 @@ class Session:
 
     def node_order(self, task: TaskInfo, node: NodeInfo) -> float:
         """The sum of the plugins' scores."""
-        return sum((fn(task, node) for _, fn in self._in_order("nodeOrder", self._node_order_fns)), 0.0)
+        total = 0.0
+        for _, fn in self._in_order("nodeOrder", self._node_order_fns):
+            total += fn(task, node)
+        return total
 
     def batch_node_order(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         """Per node, the sum of the plugins' batch scores."""
@@ -354,6 +379,19 @@ class Session:
 
     def record_fit_error(self, task: TaskInfo, node_name: str, status: Status) -> None:
         self.fit_errors.setdefault(task.uid, {}).setdefault(node_name, []).append(status)
+
+    def record_fit_errors(self, task: TaskInfo, per_node: dict[str, list[Status]]) -> None:
+        """Why the task did not fit on each of these nodes (adds to what is already recorded)."""
+        recorded = self.fit_errors.get(task.uid)
+        if recorded is None:
+            self.fit_errors[task.uid] = per_node
+            return
+        for node_name, statuses in per_node.items():
+            known = recorded.get(node_name)
+            if known is None:
+                recorded[node_name] = statuses
+            else:
+                known.extend(statuses)
 
     def fit_error_message(self, task: TaskInfo) -> str:
         return fit_error_summary(len(self.nodes), self.fit_errors.get(task.uid, {}))
