@@ -24,7 +24,7 @@ from numasched.api.node import NodeInfo, Taint
 from numasched.api.task import TaskInfo, Toleration
 from numasched.plugins.predicates import tolerates
 from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Session
+from numasched.scheduler.session import Event, EventHandler, Session
 
 PLUGIN_NAME = "nodeorder"
 
@@ -38,6 +38,8 @@ MAX_NODE_SCORE = 100
 # kube-scheduler's stand-ins for a container that requests nothing.
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+# CPU and memory weigh the same, as in kube-scheduler's default resource list.
+_CPU_AND_MEMORY_WEIGHTS = (1, 1)
 
 
 @attrs.frozen(slots=True)
@@ -130,8 +132,12 @@ def reverse_normalized(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def taint_toleration_scores(task: TaskInfo, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    # Most nodes have no taints at all; they count 0 without looking at the tolerations.
     return reverse_normalized(
-        {node.name: intolerable_prefer_no_schedule(node.taints, task.tolerations) for node in nodes}
+        {
+            node.name: intolerable_prefer_no_schedule(node.taints, task.tolerations) if node.taints else 0
+            for node in nodes
+        }
     )
 
 
@@ -195,20 +201,24 @@ def node_score(
     node: NodeInfo,
     weights: NodeOrderWeights,
     request_of: Callable[[TaskInfo], tuple[int, int]] = non_zero_request,
+    node_requested: Callable[[NodeInfo], tuple[int, int]] | None = None,
 ) -> float:
-    """The weighted sum of the enabled scores for placing task on node."""
+    """The weighted sum of the enabled scores for placing task on node. node_requested, when
+    given, answers node_non_zero_requested(node, request_of) (a session keeps it per node)."""
     allocatable = (round(node.allocatable.milli_cpu), round(node.allocatable.memory))
-    resource_weights = (1, 1)
     score = 0.0
     if weights.least_requested or weights.most_requested:
         task_cpu, task_memory = request_of(task)
-        node_cpu, node_memory = node_non_zero_requested(node, request_of)
+        if node_requested is None:
+            node_cpu, node_memory = node_non_zero_requested(node, request_of)
+        else:
+            node_cpu, node_memory = node_requested(node)
         requested = (node_cpu + task_cpu, node_memory + task_memory)
         if weights.least_requested:
-            least = weighted_resource_score(requested, allocatable, resource_weights, least_requested_score)
+            least = weighted_resource_score(requested, allocatable, _CPU_AND_MEMORY_WEIGHTS, least_requested_score)
             score += least * weights.least_requested
         if weights.most_requested:
-            most = weighted_resource_score(requested, allocatable, resource_weights, most_requested_score)
+            most = weighted_resource_score(requested, allocatable, _CPU_AND_MEMORY_WEIGHTS, most_requested_score)
             score += most * weights.most_requested
     if weights.balanced_resource:
         used = (
@@ -228,6 +238,10 @@ class NodeOrderPlugin:
         self.weights = NodeOrderWeights.from_arguments(arguments)
         # A task's requests do not change within a session; a node may hold many tasks.
         self._requests: dict[str, tuple[int, int]] = {}
+        # Node name -> (task count, non-zero CPU, non-zero memory) of what the node holds; every
+        # candidate node is scored for every task, while a node's tasks change only on an
+        # allocate / deallocate event (which drops the entry).
+        self._node_requested: dict[str, tuple[int, int, int]] = {}
 
     def _request_of(self, task: TaskInfo) -> tuple[int, int]:
         request = self._requests.get(task.uid)
@@ -235,8 +249,20 @@ class NodeOrderPlugin:
             request = self._requests[task.uid] = non_zero_request(task)
         return request
 
+    def _requested_on(self, node: NodeInfo) -> tuple[int, int]:
+        cached = self._node_requested.get(node.name)
+        # The task count guards against a change that came without an event.
+        if cached is not None and cached[0] == len(node.tasks):
+            return cached[1], cached[2]
+        cpu, memory = node_non_zero_requested(node, self._request_of)
+        self._node_requested[node.name] = (len(node.tasks), cpu, memory)
+        return cpu, memory
+
+    def _forget_node(self, event: Event) -> None:
+        self._node_requested.pop(event.node.name, None)
+
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
-        return node_score(task, node, self.weights, self._request_of)
+        return node_score(task, node, self.weights, self._request_of, self._requested_on)
 
     def batch_score(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         weight = self.weights.taint_toleration
@@ -244,13 +270,16 @@ class NodeOrderPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         self._requests.clear()
+        self._node_requested.clear()
         if self.weights.any_resource_score():
             ssn.add_node_order_fn(self.name, self.score)
+            ssn.add_event_handler(EventHandler(allocate=self._forget_node, deallocate=self._forget_node))
         if self.weights.taint_toleration:
             ssn.add_batch_node_order_fn(self.name, self.batch_score)
 
     def on_session_close(self, ssn: Session) -> None:
         self._requests.clear()
+        self._node_requested.clear()
 
 
 def build(arguments: Arguments) -> NodeOrderPlugin:
