@@ -3,16 +3,26 @@
 Queues in name order, their jobs in job order, each job's pending tasks in task order. A task
 goes to the best node that passes the resource check and the predicates; the job's placements
 are bound together once the job is ready, kept when it is pipelined, rolled back otherwise.
+
+On a big cluster a task does not need every feasible node to get a good one: as Volcano and
+kube-scheduler do, the predicate scan stops once enough nodes have passed, and the next task's scan
+starts where this one stopped, so every node gets its turn. How many is enough is configured under
+`configurations` for this action (minimumFeasibleNodes, minimumPercentageNodesToFind,
+percentageNodesToFind). A scan that stops early has found candidates; a task that found none was
+checked against every node, so its "0/N nodes are available" message counts them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import attrs
 import structlog
 
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
@@ -22,30 +32,133 @@ from numasched.scheduler.status import Status
 
 _log = structlog.get_logger(__name__)
 
+ACTION_NAME = "allocate"
+
+MINIMUM_FEASIBLE_NODES = "minimumFeasibleNodes"
+MINIMUM_PERCENTAGE_NODES_TO_FIND = "minimumPercentageNodesToFind"
+PERCENTAGE_NODES_TO_FIND = "percentageNodesToFind"
+
+# Volcano's scheduler flag defaults (minimum-feasible-nodes, minimum-percentage-nodes-to-find,
+# percentage-nodes-to-find; 0 is adaptive).
+DEFAULT_MINIMUM_FEASIBLE_NODES = 100
+DEFAULT_MINIMUM_PERCENTAGE_NODES_TO_FIND = 5
+DEFAULT_PERCENTAGE_NODES_TO_FIND = 0
+# The adaptive percentage: 50% of a small cluster, one point less per 125 nodes (kube-scheduler's).
+_ADAPTIVE_BASELINE_PERCENTAGE = 50
+_ADAPTIVE_NODES_PER_POINT = 125
+
+
+@attrs.frozen(slots=True)
+class SamplingOptions:
+    """How many feasible nodes a task's predicate scan looks for before it stops."""
+
+    minimum_feasible_nodes: int = DEFAULT_MINIMUM_FEASIBLE_NODES
+    minimum_percentage: int = DEFAULT_MINIMUM_PERCENTAGE_NODES_TO_FIND
+    # 0: adaptive to the cluster size; 100: every node.
+    percentage: int = DEFAULT_PERCENTAGE_NODES_TO_FIND
+
+    def nodes_to_find(self, total_nodes: int) -> int:
+        """Feasible nodes to find among total_nodes; total_nodes means scan them all."""
+        if total_nodes <= self.minimum_feasible_nodes or self.percentage >= 100:
+            return total_nodes
+        percentage = self.percentage
+        if percentage <= 0:
+            percentage = max(
+                _ADAPTIVE_BASELINE_PERCENTAGE - total_nodes // _ADAPTIVE_NODES_PER_POINT, self.minimum_percentage
+            )
+        return min(total_nodes, max(total_nodes * percentage // 100, self.minimum_feasible_nodes))
+
+
+def _integer_argument(
+    arguments: Mapping[str, Any], key: str, default: int, lowest: int, highest: int | None
+) -> tuple[int, str]:
+    """The value of one knob, or the default and why the given value cannot be used."""
+    if key not in arguments:
+        return default, ""
+    value = arguments[key]
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        number = int(value.strip())
+    bounds = f"at least {lowest}" if highest is None else f"from {lowest} to {highest}"
+    if number is None:
+        return default, f"{key}: expected a whole number {bounds}, got {value!r}; using {default}"
+    if number < lowest or (highest is not None and number > highest):
+        return default, f"{key}: {number} is out of range, expected {bounds}; using {default}"
+    return number, ""
+
+
+def sampling_options(arguments: Mapping[str, Any]) -> tuple[SamplingOptions, list[str]]:
+    """The allocate action's sampling knobs from its `configurations` arguments, and a message for
+    each value that cannot be used (that knob keeps its default; the others still apply)."""
+    minimum_nodes, first = _integer_argument(arguments, MINIMUM_FEASIBLE_NODES, DEFAULT_MINIMUM_FEASIBLE_NODES, 1, None)
+    minimum_percentage, second = _integer_argument(
+        arguments, MINIMUM_PERCENTAGE_NODES_TO_FIND, DEFAULT_MINIMUM_PERCENTAGE_NODES_TO_FIND, 0, 100
+    )
+    percentage, third = _integer_argument(arguments, PERCENTAGE_NODES_TO_FIND, DEFAULT_PERCENTAGE_NODES_TO_FIND, 0, 100)
+    problems = [problem for problem in (first, second, third) if problem]
+    return SamplingOptions(minimum_nodes, minimum_percentage, percentage), problems
+
+
+def insufficient_future_idle(request: Resource, node: NodeInfo) -> list[str]:
+    """Resources the node will lack for request once its releasing tasks are gone and its
+    pipelined ones have arrived (the node's future idle)."""
+    return request.insufficient_after(node.idle, node.releasing, node.pipelined)
+
 
 def resource_fit(task: TaskInfo, node: NodeInfo) -> list[Status]:
     """What the node cannot hold of the task, counting resources being released (Volcano's
     allocate checks this itself, before the plugins' predicates)."""
     return [
-        Status.unschedulable(f"Insufficient {name}", "allocate")
-        for name in task.init_resreq.insufficient(node.future_idle())
+        Status.unschedulable(f"Insufficient {name}", ACTION_NAME)
+        for name in insufficient_future_idle(task.init_resreq, node)
     ]
 
 
-def feasible_nodes(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], *, check_resources: bool) -> list[NodeInfo]:
-    """Nodes that pass; why each other node failed is recorded on the session."""
+def feasible_nodes(
+    ssn: Session,
+    task: TaskInfo,
+    nodes: Sequence[NodeInfo],
+    *,
+    check_resources: bool,
+    nodes_to_find: int | None = None,
+) -> list[NodeInfo]:
+    """Nodes that pass; why each other node failed is recorded on the session.
+
+    With nodes_to_find below len(nodes) the scan starts at the session's scan offset, stops once
+    that many nodes have passed, and moves the offset past the nodes it visited. A scan that
+    finds fewer has visited every node.
+    """
+    total = len(nodes)
+    sampled = nodes_to_find is not None and nodes_to_find < total
+    start = ssn.node_scan_offset % total if sampled and total else 0
+    order = nodes if start == 0 else [*nodes[start:], *nodes[:start]]
+    wanted = nodes_to_find if sampled and nodes_to_find is not None else total
     passing: list[NodeInfo] = []
-    for node in nodes:
-        missing = resource_fit(task, node) if check_resources else []
-        if missing:
-            for status in missing:
-                ssn.record_fit_error(task, node.name, status)
-            continue
+    failures: dict[str, list[Status]] = {}
+    visited = 0
+    request = task.init_resreq
+    for node in order:
+        visited += 1
+        if check_resources:
+            missing = insufficient_future_idle(request, node)
+            if missing:
+                failures[node.name] = [Status.unschedulable(f"Insufficient {name}", ACTION_NAME) for name in missing]
+                continue
         status = ssn.predicate(task, node)
         if not status.passed:
-            ssn.record_fit_error(task, node.name, status)
+            failures[node.name] = [status]
             continue
         passing.append(node)
+        if len(passing) >= wanted:
+            break
+    if sampled:
+        ssn.node_scan_offset = (start + visited) % total
+    if failures:
+        ssn.record_fit_errors(task, failures)
     return passing
 
 
@@ -77,10 +190,26 @@ def _gang_message(job: JobInfo, placed: int, failures: list[TaskInfo]) -> str:
 
 
 class AllocateAction:
-    name = "allocate"
+    name = ACTION_NAME
+
+    def __init__(self) -> None:
+        # The last arguments read and what they gave, so a bad value is reported once per change
+        # of the configuration rather than every session.
+        self._read: tuple[dict[str, Any], SamplingOptions] | None = None
+
+    def sampling(self, ssn: Session) -> SamplingOptions:
+        arguments = ssn.config.configurations.get(ACTION_NAME, {})
+        if self._read is not None and self._read[0] == arguments:
+            return self._read[1]
+        options, problems = sampling_options(arguments)
+        for problem in problems:
+            _log.warning("bad allocate argument in configurations", action=ACTION_NAME, problem=problem)
+        self._read = (dict(arguments), options)
+        return options
 
     def execute(self, ssn: Session) -> None:
         nodes = sorted(ssn.nodes.values(), key=lambda node: node.name)
+        nodes_to_find = self.sampling(ssn).nodes_to_find(len(nodes))
         by_queue: dict[str, list[JobInfo]] = {}
         for job in ssn.jobs.values():
             by_queue.setdefault(job.queue, []).append(job)
@@ -99,9 +228,11 @@ class AllocateAction:
                 if verdict is not None:
                     _mark_pending(job, verdict.message or verdict.reason)
                     continue
-                self._allocate_job(ssn, queue, job, nodes)
+                self._allocate_job(ssn, queue, job, nodes, nodes_to_find)
 
-    def _allocate_job(self, ssn: Session, queue: QueueInfo, job: JobInfo, nodes: list[NodeInfo]) -> None:
+    def _allocate_job(
+        self, ssn: Session, queue: QueueInfo, job: JobInfo, nodes: list[NodeInfo], nodes_to_find: int
+    ) -> None:
         pending = [task for task in ssn.sorted_tasks(job.pending_tasks()) if not task.best_effort]
         best_effort_pending = len(job.pending_tasks()) - len(pending)
         statement = Statement(ssn)
@@ -116,7 +247,7 @@ class AllocateAction:
                 task.fit_error = pre.reason or f"rejected by {pre.plugin}"
                 failures.append(task)
             else:
-                candidates = feasible_nodes(ssn, task, nodes, check_resources=True)
+                candidates = feasible_nodes(ssn, task, nodes, check_resources=True, nodes_to_find=nodes_to_find)
                 if candidates:
                     node = choose_node(ssn, task, candidates)
                     if task.init_resreq.fits_in(node.idle):
