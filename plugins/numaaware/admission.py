@@ -7,6 +7,31 @@ effective request are merged once, then each container is allocated with that on
 
 Resources held by a finished init container are reusable by the containers after it (the
 kubelet's CPU, device and memory reuse), except a restartable sidecar's, which it keeps.
+
+Admission without allocation (admit_pod). The scheduler asks every feasible node whether the pod
+fits and how many NUMA nodes it would span; only the chosen node needs the exact CPUs, devices and
+memory. admit_pod answers with the hints and the merge alone, and leaves the choice of ids to
+allocate_admitted, when all of these hold (otherwise it runs the full placement, place_pod):
+
+* the providers are the built-in CPU, device and memory providers (a third-party provider may
+  refuse at allocation, or pin something no hint announced);
+* the policy is not none (under none the allocation itself is the admission);
+* one request decides the pod: at most one container is pinned by any provider (in container
+  scope a later container's hints depend on what earlier ones took, and memory pinned by one
+  container forms a group the next must respect); in pod scope that container asks the
+  providers for exactly what the pod does;
+* that request asks for no NIC (NICs are placed next to the accelerators, possibly off the hint,
+  and nic-alignment required refuses only at allocation) and for no device that reports no NUMA
+  node (no hint, yet allocated and possibly short);
+* the merged hint is preferred, with an affinity unless nothing has a hint at all.
+
+A preferred merged hint is a mask M that every resource with hints stated, as narrow as that
+resource's total on the node allows. Its providers then find ids inside M (the hint exists only
+because M holds enough free) and whatever they choose needs every NUMA node of M (a narrower set
+would have been a narrower preferred mask), so the allocation cannot fail and spans exactly M:
+the verdict and the score are those of the full placement. A best-effort pod whose merged hint is
+not preferred is decided by the allocation (it may fall short, and it may spill out of the hint),
+so it gets the full placement.
 """
 
 from __future__ import annotations
@@ -20,7 +45,7 @@ from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask
 from numasched.api.task import ContainerInfo, TaskInfo
-from numasched.api.topology import NumaTopology, TopologyPolicy, TopologyScope
+from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyPolicy, TopologyScope
 from numasched.plugins.numaaware.policy import merge
 from numasched.plugins.numaaware.providers.base import (
     Assigned,
@@ -30,6 +55,9 @@ from numasched.plugins.numaaware.providers.base import (
     ProviderAllocation,
     ProviderError,
 )
+from numasched.plugins.numaaware.providers.cpu import CpuHintProvider, guaranteed_cpus
+from numasched.plugins.numaaware.providers.device import DeviceProvider, requested_devices
+from numasched.plugins.numaaware.providers.memory import MemoryHintProvider, requested_memory
 
 _GIB = 1 << 30
 
@@ -271,17 +299,38 @@ def place_pod(
 ) -> Placement:
     """Align every container of the task on this node, or say why the kubelet would refuse it."""
     scope = scope or topology.policies.topology_manager_scope
-    closest = topology.policies.prefer_closest_numa_nodes
     pod_hint: TopologyHint | None = None
     if scope is TopologyScope.POD and policy is not TopologyPolicy.NONE:
         request = pod_request(task)
         providers_hints = _hints(request, providers, topology, free)
-        pod_hint, admitted = merge(
-            policy, providers_hints, topology.numa_ids, prefer_closest=closest, distances=topology.distances
-        )
+        pod_hint, admitted = _merge(policy, providers_hints, topology)
         if not admitted:
             return Placement(False, rejection_reason(request, providers_hints, policy, topology, free))
+    return _walk(task, topology, free, providers, policy, pod_hint)
 
+
+def _merge(
+    policy: TopologyPolicy, providers_hints: Sequence[ResourceHints | None], topology: NumaTopology
+) -> tuple[TopologyHint, bool]:
+    return merge(
+        policy,
+        providers_hints,
+        topology.numa_ids,
+        prefer_closest=topology.policies.prefer_closest_numa_nodes,
+        distances=topology.distances,
+    )
+
+
+def _walk(
+    task: TaskInfo,
+    topology: NumaTopology,
+    free: FreeResources,
+    providers: Sequence[HintProvider],
+    policy: TopologyPolicy,
+    fixed_hint: TopologyHint | None,
+) -> Placement:
+    """Allocate the containers in the kubelet's order: each with fixed_hint when it is given (pod
+    scope, or a hint already merged for the pod), else with its own merged hint."""
     available = free
     reusable = FreeResources()
     allocations: list[ContainerAllocation] = []
@@ -289,15 +338,13 @@ def place_pod(
     for container in containers_in_order(task):
         request = container_request(task, container)
         pool = _union(available, reusable)
-        if pod_hint is not None:
-            hint = pod_hint
+        if fixed_hint is not None:
+            hint = fixed_hint
         elif policy is TopologyPolicy.NONE:
             hint = TopologyHint(None, False)
         else:
             providers_hints = _hints(request, providers, topology, pool)
-            hint, admitted = merge(
-                policy, providers_hints, topology.numa_ids, prefer_closest=closest, distances=topology.distances
-            )
+            hint, admitted = _merge(policy, providers_hints, topology)
             if not admitted:
                 return Placement(False, rejection_reason(request, providers_hints, policy, topology, pool))
         try:
@@ -314,3 +361,141 @@ def place_pod(
         if allocation.cpuset or allocation.devices or allocation.memory:
             allocations.append(allocation)
     return Placement(True, "", PodAllocation(tuple(allocations)) if allocations else None, touched)
+
+
+# -- admission without allocation -------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class Admission:
+    """A pod admitted on a node by its hints and the merge alone (see the module doc).
+
+    hint: the merged hint every container is allocated with (allocate_admitted); numa: the NUMA
+    nodes that allocation will touch, exactly what the full placement's `numa` would be.
+    """
+
+    hint: TopologyHint
+    numa: NumaMask
+
+
+_BUILT_IN_PROVIDERS: frozenset[type] = frozenset({CpuHintProvider, DeviceProvider, MemoryHintProvider})
+
+
+def _pins(provider: HintProvider, request: HintRequest, topology: NumaTopology) -> bool:
+    """Whether a built-in provider has a hint for the request, that is, would assign it something:
+    exclusive CPUs, devices of its resources, or pinned memory (whatever is free)."""
+    if isinstance(provider, CpuHintProvider):
+        return topology.policies.cpu_manager_policy == CpuManagerPolicy.STATIC and guaranteed_cpus(request) > 0
+    if isinstance(provider, DeviceProvider):
+        return any(requested_devices(request, resource) > 0 for resource in provider.resources)
+    if isinstance(provider, MemoryHintProvider):
+        return provider.applies(request, topology) and bool(requested_memory(request, topology))
+    return True
+
+
+def _pins_nothing(request: HintRequest, topology: NumaTopology, providers: Sequence[HintProvider]) -> bool:
+    return not any(_pins(provider, request, topology) for provider in providers)
+
+
+def _allocation_follows_hint(request: HintRequest, topology: NumaTopology, providers: Sequence[HintProvider]) -> bool:
+    """Whether the devices of the request are all chosen inside a preferred hint: false for NICs
+    (placed next to the accelerators, and under nic-alignment required refused only at allocation)
+    and for devices that report no NUMA node (no hint, yet allocated and possibly short)."""
+    for provider in providers:
+        if not isinstance(provider, DeviceProvider):
+            continue
+        for resource in provider.resources:
+            if requested_devices(request, resource) == 0:
+                continue
+            if resource in provider.nic_resources:
+                return False
+            group = topology.devices.get(resource)
+            if group is not None and not any(device.numa is not None for device in group.devices):
+                return False
+    return True
+
+
+def _same_demand(first: HintRequest, second: HintRequest, topology: NumaTopology) -> bool:
+    """Whether the built-in providers would ask for the same amounts for both requests."""
+    return (
+        guaranteed_cpus(first) == guaranteed_cpus(second)
+        and first.requests.scalars == second.requests.scalars
+        and requested_memory(first, topology) == requested_memory(second, topology)
+    )
+
+
+@attrs.frozen(slots=True)
+class _Unit:
+    """What decides the pod on a node: nothing (no container is pinned), or one request."""
+
+    request: HintRequest | None
+
+
+def decision_unit(
+    task: TaskInfo, topology: NumaTopology, providers: Sequence[HintProvider], scope: TopologyScope
+) -> _Unit | None:
+    """The single request whose merged hint decides the pod, when admission may be decided without
+    allocating; None when the full placement is needed."""
+    if not all(type(provider) in _BUILT_IN_PROVIDERS for provider in providers):
+        return None
+    requests = [container_request(task, container) for container in containers_in_order(task)]
+    active = [request for request in requests if not _pins_nothing(request, topology, providers)]
+    if len(active) > 1:
+        return None
+    if scope is TopologyScope.POD:
+        whole = pod_request(task)
+        if not active:
+            return _Unit(None) if _pins_nothing(whole, topology, providers) else None
+        if not _same_demand(whole, active[0], topology):
+            return None
+        return _Unit(whole) if _allocation_follows_hint(whole, topology, providers) else None
+    if not active:
+        return _Unit(None)
+    return _Unit(active[0]) if _allocation_follows_hint(active[0], topology, providers) else None
+
+
+def _states_hints(providers_hints: Sequence[ResourceHints | None]) -> bool:
+    return any(hints is not None for provider_hints in providers_hints for hints in (provider_hints or {}).values())
+
+
+def admit_pod(
+    task: TaskInfo,
+    topology: NumaTopology,
+    free: FreeResources,
+    providers: Sequence[HintProvider],
+    policy: TopologyPolicy,
+    *,
+    scope: TopologyScope | None = None,
+) -> Placement | Admission:
+    """place_pod's verdict and NUMA span, without choosing ids where that is exact (module doc):
+    an Admission, to be completed by allocate_admitted on the chosen node, or the full Placement."""
+    scope = scope or topology.policies.topology_manager_scope
+    unit = None if policy is TopologyPolicy.NONE else decision_unit(task, topology, providers, scope)
+    if unit is None:
+        return place_pod(task, topology, free, providers, policy, scope=scope)
+    if unit.request is None:
+        return Placement(True)
+    providers_hints = _hints(unit.request, providers, topology, free)
+    hint, admitted = _merge(policy, providers_hints, topology)
+    if not admitted:
+        return Placement(False, rejection_reason(unit.request, providers_hints, policy, topology, free))
+    if hint.preferred and not _states_hints(providers_hints):
+        return Admission(hint, NumaMask())
+    if hint.preferred and hint.affinity is not None:
+        # Every stated hint is this mask and is as narrow as the resource allows, so whatever is
+        # chosen inside it needs all of its NUMA nodes.
+        return Admission(hint, hint.affinity)
+    # Not preferred (best-effort): whether the ids can be found, and where, decides.
+    return _walk(task, topology, free, providers, policy, hint)
+
+
+def allocate_admitted(
+    task: TaskInfo,
+    admission: Admission,
+    topology: NumaTopology,
+    free: FreeResources,
+    providers: Sequence[HintProvider],
+    policy: TopologyPolicy,
+) -> Placement:
+    """The ids for an admitted pod: place_pod's allocation with the hint admission merged."""
+    return _walk(task, topology, free, providers, policy, admission.hint)
