@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import structlog
 
 from numasched.api.node import NodeInfo
 from numasched.api.task import TaskInfo
-from numasched.api.topology import TopologyPolicy
-from numasched.plugins.numaaware.admission import Placement, place_pod
+from numasched.api.topology import NumaTopology, TopologyPolicy
+from numasched.plugins.numaaware.admission import Admission, Placement, admit_pod, allocate_admitted, place_pod
 from numasched.plugins.numaaware.policy import PolicyError, check_numa_node_limit, parse_policy
-from numasched.plugins.numaaware.providers.base import HintProvider, free_resources
+from numasched.plugins.numaaware.providers.base import FreeResources, HintProvider, free_resources
 from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory
 from numasched.plugins.numaaware.providers.device import ARG_DEVICE_RESOURCES, device_provider_factory
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
@@ -81,8 +82,9 @@ class NumaAwarePlugin:
             device_provider_factory(provider_arguments),
             memory_provider_factory(provider_arguments),
         ]
-        # (task uid, node name) -> placement found by the predicate, for scoring in the same pass.
-        self._placements: dict[tuple[str, str], Placement] = {}
+        # The task being decided and its admission per node name, for scoring and on_allocate.
+        self._task_uid = ""
+        self._decided: dict[str, _Decision] = {}
 
     @property
     def name(self) -> str:
@@ -98,7 +100,8 @@ class NumaAwarePlugin:
         ssn.add_event_handler(EventHandler(allocate=self.on_allocate, deallocate=self.on_deallocate))
 
     def on_session_close(self, ssn: Session) -> None:
-        self._placements.clear()
+        self._decided.clear()
+        self._task_uid = ""
 
     def _extra_providers(self, ssn: Session) -> list[HintProvider]:
         extra: list[HintProvider] = []
@@ -139,8 +142,9 @@ class NumaAwarePlugin:
 
     # -- placement --------------------------------------------------------------------------------
 
-    def place(self, task: TaskInfo, node: NodeInfo) -> Placement | Status:
-        """The placement on this node, or the status that rules the node out."""
+    def _policy(self, task: TaskInfo, node: NodeInfo) -> TopologyPolicy | Status | None:
+        """The policy to align the task with on this node; None when the node has no topology and
+        the pod does not need one; a Status when the node is ruled out before any alignment."""
         try:
             requested = pod_policy(task)
         except PolicyError as error:
@@ -152,7 +156,7 @@ class NumaAwarePlugin:
         topology = node.topology
         if topology is None:
             if requested is None or requested is TopologyPolicy.NONE:
-                return Placement(True)
+                return None
             why = f" ({node.topology_error})" if node.topology_error else ""
             return Status(
                 StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
@@ -163,18 +167,55 @@ class NumaAwarePlugin:
         refusal = check_numa_node_limit(node_policy, len(topology.numa_ids), topology.policies.max_allowable_numa_nodes)
         if refusal is not None:
             return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"node {node.name}: {refusal}", PLUGIN_NAME)
-        policy = stricter(node_policy, requested)
-        placement = place_pod(task, topology, free_resources(node), self.providers, policy)
+        return stricter(node_policy, requested)
+
+    def place(self, task: TaskInfo, node: NodeInfo) -> Placement | Status:
+        """The full placement on this node (every id chosen), or the status that rules it out."""
+        policy = self._policy(task, node)
+        if policy is None:
+            return Placement(True)
+        if isinstance(policy, Status):
+            return policy
+        assert node.topology is not None
+        placement = place_pod(task, node.topology, free_resources(node), self.providers, policy)
         if not placement.admitted:
             return Status.unschedulable(f"node {node.name}: {placement.reason}", PLUGIN_NAME)
         return placement
 
+    def admit(self, task: TaskInfo, node: NodeInfo) -> Placement | Admission | Status:
+        """Whether the task fits this node and how many NUMA nodes it spans there, choosing the ids
+        only where that decides it (admission.admit_pod); kept for scoring and on_allocate."""
+        policy = self._policy(task, node)
+        if policy is None:
+            return Placement(True)
+        if isinstance(policy, Status):
+            return policy
+        topology = node.topology
+        assert topology is not None
+        free = free_resources(node)
+        outcome = admit_pod(task, topology, free, self.providers, policy)
+        if isinstance(outcome, Placement) and not outcome.admitted:
+            return Status.unschedulable(f"node {node.name}: {outcome.reason}", PLUGIN_NAME)
+        self._remember(task, node.name, _Decision(outcome, free, topology, policy))
+        return outcome
+
+    def _remember(self, task: TaskInfo, node_name: str, decision: _Decision) -> None:
+        if task.uid != self._task_uid:
+            # Only the task being decided is kept: its nodes' decisions serve its scoring and its
+            # allocation; a new task means the last one is placed or has failed.
+            self._decided.clear()
+            self._task_uid = task.uid
+        self._decided[node_name] = decision
+
+    def _recall(self, task: TaskInfo, node_name: str) -> _Decision | None:
+        return self._decided.get(node_name) if task.uid == self._task_uid else None
+
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
-        outcome = self.place(task, node)
+        outcome = self.admit(task, node)
         if isinstance(outcome, Status):
-            self._placements.pop((task.uid, node.name), None)
+            if task.uid == self._task_uid:
+                self._decided.pop(node.name, None)
             return outcome
-        self._placements[(task.uid, node.name)] = outcome
         return SUCCESS
 
     def batch_node_order(self, task: TaskInfo, nodes: Sequence[NodeInfo]) -> dict[str, float]:
@@ -182,13 +223,11 @@ class NumaAwarePlugin:
         for node in nodes:
             if node.topology is None:
                 continue
-            placement = self._placements.get((task.uid, node.name))
-            if placement is None:
-                outcome = self.place(task, node)
-                if isinstance(outcome, Status):
-                    continue
-                placement = outcome
-            counts[node.name] = placement.numa.count()
+            decision = self._recall(task, node.name)
+            outcome = decision.outcome if decision is not None else self.admit(task, node)
+            if isinstance(outcome, Status):
+                continue
+            counts[node.name] = outcome.numa.count()
         return normalized_scores(counts, self.weight)
 
     # -- events -----------------------------------------------------------------------------------
@@ -197,11 +236,12 @@ class NumaAwarePlugin:
         """Decide the task's CPUs, devices and memory on its node. The statement then accounts
         task.allocation in the node's NUMA ledger, so later pods of this session see it."""
         task, node = event.task, event.node
+        decision = self._recall(task, node.name)
         self._forget_node(node.name)
         if node.topology is None:
             return
         task.allocation = None
-        outcome = self.place(task, node)
+        outcome = self._allocation(task, node, decision)
         if isinstance(outcome, Status):
             # The predicate passed on this node earlier in the session; it no longer does, which
             # only a plugin allocating outside the predicates could cause.
@@ -214,14 +254,41 @@ class NumaAwarePlugin:
             return
         task.allocation = outcome.allocation
 
+    def _allocation(self, task: TaskInfo, node: NodeInfo, decision: _Decision | None) -> Placement | Status:
+        """The predicate's decision completed when the node is as the predicate saw it, else a
+        fresh full placement."""
+        topology = node.topology
+        if decision is None or decision.topology is not topology or self._policy(task, node) != decision.policy:
+            return self.place(task, node)
+        free = free_resources(node)
+        if free != decision.free:
+            return self.place(task, node)
+        if isinstance(decision.outcome, Placement):
+            return decision.outcome
+        assert topology is not None
+        placement = allocate_admitted(task, decision.outcome, topology, free, self.providers, decision.policy)
+        if not placement.admitted:
+            return Status.unschedulable(f"node {node.name}: {placement.reason}", PLUGIN_NAME)
+        return placement
+
     def on_deallocate(self, event: Event) -> None:
         # The statement removes the allocation from the node's ledger and clears it on roll back;
         # an evicted (releasing) task keeps holding its CPUs and devices until it is gone.
         self._forget_node(event.node.name)
 
     def _forget_node(self, node_name: str) -> None:
-        for key in [key for key in self._placements if key[1] == node_name]:
-            del self._placements[key]
+        # Only the current task's decisions are kept, one per node.
+        self._decided.pop(node_name, None)
+
+
+@attrs.frozen(slots=True)
+class _Decision:
+    """A task's admission on a node and what it was decided from."""
+
+    outcome: Placement | Admission
+    free: FreeResources
+    topology: NumaTopology
+    policy: TopologyPolicy
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
