@@ -8,6 +8,7 @@ cycle sees their CPUs and devices as taken.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
@@ -38,6 +39,16 @@ log = structlog.get_logger("numasched.cache")
 ProblemHandler = Callable[[str, str, str], None]
 KINDS = ("Pod", "Node", "PodGroup", "Queue", "PriorityClass", "Numatopology", "NodeResourceTopology")
 _FINISHED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
+# Every TaskInfo field, in the order its __init__ takes them (all are init, none keyword-only).
+_task_fields = operator.attrgetter(*(field.name for field in attrs.fields(TaskInfo)))
+
+
+def _session_copy(task: TaskInfo) -> TaskInfo:
+    """A copy of the task the session may change (status, node, allocation, fit error) without the
+    change reaching the cache. Shallow, as TaskInfo.clone, but it shares the request Resources:
+    nothing in a session changes a task's requests, and attrs.evolve plus two Resource copies per
+    task per cycle was most of the snapshot's cost (10,000 pods: 0.26 s of 0.5 s)."""
+    return TaskInfo(*_task_fields(task))
 
 
 @attrs.frozen(slots=True)
@@ -240,7 +251,7 @@ class Cache:
         for uid, stored in self._tasks.items():
             if stored.status in _FINISHED and not self._is_ours(stored):
                 continue
-            task = stored.clone()
+            task = _session_copy(stored)
             assumption = self._assumed.get(uid)
             if assumption is not None and not task.node_name:
                 task.node_name = assumption.node_name
