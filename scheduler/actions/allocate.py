@@ -100,6 +100,10 @@ def sampling_options(arguments: Mapping[str, Any]) -> tuple[SamplingOptions, lis
     )
     percentage, third = _integer_argument(arguments, PERCENTAGE_NODES_TO_FIND, DEFAULT_PERCENTAGE_NODES_TO_FIND, 0, 100)
     problems = [problem for problem in (first, second, third) if problem]
+    known = (MINIMUM_FEASIBLE_NODES, MINIMUM_PERCENTAGE_NODES_TO_FIND, PERCENTAGE_NODES_TO_FIND)
+    problems.extend(
+        f"unknown argument {key!r} (known: {', '.join(known)}); ignored" for key in arguments if key not in known
+    )
     return SamplingOptions(minimum_nodes, minimum_percentage, percentage), problems
 
 
