@@ -76,18 +76,28 @@ def resource_binpack_score(requested: float, capacity: float, used: float, weigh
     return after * weight / capacity
 
 
-def binpack_score(request: Resource, allocatable: Resource, used: Resource, weights: BinpackWeights) -> float:
-    """0 to 100 * weights.weight; higher for the node the request leaves fuller."""
-    total = 0.0
-    weight_sum = 0
-    requested_names = [CPU, MEMORY, *request.scalars]
-    for name in requested_names:
+WeighedRequest = tuple[tuple[str, float, int], ...]
+
+
+def weighed_requests(request: Resource, weights: BinpackWeights) -> WeighedRequest:
+    """(resource, amount, weight) for each resource the request asks for and the configuration
+    weighs, CPU and memory first."""
+    weighed: list[tuple[str, float, int]] = []
+    for name in (CPU, MEMORY, *request.scalars):
         amount = request.get(name)
         if amount < _MIN_REQUEST:
             continue
         resource_weight = weights.resources.get(name)
-        if resource_weight is None:
-            continue
+        if resource_weight is not None:
+            weighed.append((name, amount, resource_weight))
+    return tuple(weighed)
+
+
+def weighed_binpack_score(weighed: WeighedRequest, allocatable: Resource, used: Resource, plugin_weight: int) -> float:
+    """binpack_score for a request already reduced by weighed_requests."""
+    total = 0.0
+    weight_sum = 0
+    for name, amount, resource_weight in weighed:
         score = resource_binpack_score(amount, allocatable.get(name), used.get(name), resource_weight)
         if score is None:
             return 0.0
@@ -95,7 +105,12 @@ def binpack_score(request: Resource, allocatable: Resource, used: Resource, weig
         weight_sum += resource_weight
     if weight_sum > 0:
         total /= weight_sum
-    return total * MAX_NODE_SCORE * weights.weight
+    return total * MAX_NODE_SCORE * plugin_weight
+
+
+def binpack_score(request: Resource, allocatable: Resource, used: Resource, weights: BinpackWeights) -> float:
+    """0 to 100 * weights.weight; higher for the node the request leaves fuller."""
+    return weighed_binpack_score(weighed_requests(request, weights), allocatable, used, weights.weight)
 
 
 def task_binpack_score(task: TaskInfo, node: NodeInfo, weights: BinpackWeights) -> float:
@@ -109,15 +124,23 @@ class BinpackPlugin:
         self.arguments = arguments
         self.weights = BinpackWeights.from_arguments(arguments)
 
+        # Task uid -> its weighed requests: a task's requests do not change within a session, and
+        # it is scored against every candidate node.
+        self._weighed: dict[str, WeighedRequest] = {}
+
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
-        return task_binpack_score(task, node, self.weights)
+        weighed = self._weighed.get(task.uid)
+        if weighed is None:
+            weighed = self._weighed[task.uid] = weighed_requests(task.resreq, self.weights)
+        return weighed_binpack_score(weighed, node.allocatable, node.used, self.weights.weight)
 
     def on_session_open(self, ssn: Session) -> None:
+        self._weighed.clear()
         if self.weights.weight != 0:
             ssn.add_node_order_fn(self.name, self.score)
 
     def on_session_close(self, ssn: Session) -> None:
-        return None
+        self._weighed.clear()
 
 
 def build(arguments: Arguments) -> BinpackPlugin:

@@ -21,6 +21,7 @@ from numasched.cache.cache import Cache
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.conf.loader import load_config_text
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
+from numasched.plugins.binpack import BinpackPlugin, task_binpack_score
 from numasched.plugins.nodeorder import NodeOrderPlugin, node_score
 from numasched.scheduler.actions.allocate import (
     MINIMUM_FEASIBLE_NODES,
@@ -454,3 +455,15 @@ def test_nodeorder_scores_follow_allocations_made_in_the_session() -> None:
     assert {n.name: plugin.score(probe, n) for n in nodes} == {
         n.name: node_score(probe, n, plugin.weights) for n in nodes
     }
+
+
+def test_binpack_plugin_scores_as_the_plain_function_across_nodes() -> None:
+    arguments = Arguments({"binpack.resources": GPU, f"binpack.resources.{GPU}": 3, "binpack.cpu": 2}, plugin="binpack")
+    plugin = BinpackPlugin(arguments)
+    nodes = [node(i, gpus=i % 9) for i in range(20)]
+    for index, used in enumerate(nodes):
+        used.used = Resource(milli_cpu=1000.0 * index, memory=1e10 * (index % 5), scalars={GPU: 1000.0 * (index % 3)})
+    probes = [task("a", "j", gpus=0), task("b", "j", gpus=1), task("c", "j", gpus=4)]
+    for probe in probes:
+        for candidate in nodes:
+            assert plugin.score(probe, candidate) == task_binpack_score(probe, candidate, plugin.weights)
