@@ -9,6 +9,11 @@ Any other argument is handed to the provider factories (e.g. nic-resources, nic-
 
 Pod annotation volcano.sh/numa-topology-policy asks for a policy; when it is stricter than the
 node's kubelet policy it is enforced here on the scheduler side.
+
+Per feasible node the predicate only decides admission and the NUMA span the score needs
+(admission.admit_pod: hints and merge where that is exact, the full placement otherwise). The
+decision is kept, per node, for the task being decided; on_allocate completes the one for the
+chosen node when the node is still as the predicate saw it, and places afresh otherwise.
 """
 
 from __future__ import annotations
