@@ -205,7 +205,8 @@ def node_score(
 ) -> float:
     """The weighted sum of the enabled scores for placing task on node. node_requested, when
     given, answers node_non_zero_requested(node, request_of) (a session keeps it per node)."""
-    allocatable = (round(node.allocatable.milli_cpu), round(node.allocatable.memory))
+    # weighted_resource_score and balanced_resource_score over (CPU, memory) with equal weights,
+    # written out: this runs for every candidate node of every task.
     score = 0.0
     if weights.least_requested or weights.most_requested:
         task_cpu, task_memory = request_of(task)
@@ -213,20 +214,34 @@ def node_score(
             node_cpu, node_memory = node_non_zero_requested(node, request_of)
         else:
             node_cpu, node_memory = node_requested(node)
-        requested = (node_cpu + task_cpu, node_memory + task_memory)
+        requested_cpu, requested_memory = node_cpu + task_cpu, node_memory + task_memory
+        cpu_capacity, memory_capacity = round(node.allocatable.milli_cpu), round(node.allocatable.memory)
+        counted = (cpu_capacity != 0) + (memory_capacity != 0)
         if weights.least_requested:
-            least = weighted_resource_score(requested, allocatable, _CPU_AND_MEMORY_WEIGHTS, least_requested_score)
-            score += least * weights.least_requested
+            least = 0
+            if cpu_capacity != 0:
+                least += least_requested_score(requested_cpu, cpu_capacity)
+            if memory_capacity != 0:
+                least += least_requested_score(requested_memory, memory_capacity)
+            score += (least // counted if counted else 0) * weights.least_requested
         if weights.most_requested:
-            most = weighted_resource_score(requested, allocatable, _CPU_AND_MEMORY_WEIGHTS, most_requested_score)
-            score += most * weights.most_requested
+            most = 0
+            if cpu_capacity != 0:
+                most += most_requested_score(requested_cpu, cpu_capacity)
+            if memory_capacity != 0:
+                most += most_requested_score(requested_memory, memory_capacity)
+            score += (most // counted if counted else 0) * weights.most_requested
     if weights.balanced_resource:
-        used = (
-            node.used.milli_cpu + task.init_resreq.milli_cpu,
-            node.used.memory + task.init_resreq.memory,
-        )
-        capacity = (node.allocatable.milli_cpu, node.allocatable.memory)
-        score += balanced_resource_score(used, capacity) * weights.balanced_resource
+        used_cpu = node.used.milli_cpu + task.init_resreq.milli_cpu
+        used_memory = node.used.memory + task.init_resreq.memory
+        cpu_allocatable, memory_allocatable = node.allocatable.milli_cpu, node.allocatable.memory
+        if cpu_allocatable and memory_allocatable:
+            deviation = abs(min(used_cpu / cpu_allocatable, 1.0) - min(used_memory / memory_allocatable, 1.0)) / 2
+            balanced = int((1 - deviation) * MAX_NODE_SCORE)
+        else:
+            # One resource or none: no spread to measure.
+            balanced = MAX_NODE_SCORE
+        score += balanced * weights.balanced_resource
     return score
 
 

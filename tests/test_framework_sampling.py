@@ -22,7 +22,16 @@ from numasched.cache.events import EventType, ObjectEvent
 from numasched.conf.loader import load_config_text
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.plugins.binpack import BinpackPlugin, task_binpack_score
-from numasched.plugins.nodeorder import NodeOrderPlugin, node_score
+from numasched.plugins.nodeorder import (
+    NodeOrderPlugin,
+    NodeOrderWeights,
+    balanced_resource_score,
+    least_requested_score,
+    most_requested_score,
+    node_score,
+    non_zero_request,
+    weighted_resource_score,
+)
 from numasched.scheduler.actions.allocate import (
     MINIMUM_FEASIBLE_NODES,
     MINIMUM_PERCENTAGE_NODES_TO_FIND,
@@ -467,3 +476,42 @@ def test_binpack_plugin_scores_as_the_plain_function_across_nodes() -> None:
     for probe in probes:
         for candidate in nodes:
             assert plugin.score(probe, candidate) == task_binpack_score(probe, candidate, plugin.weights)
+
+
+@given(
+    allocatable=st.tuples(st.integers(0, 128_000), st.integers(0, 2**40)),
+    used=st.tuples(st.integers(0, 256_000), st.integers(0, 2**41)),
+    requested=st.tuples(st.integers(0, 64_000), st.integers(0, 2**38)),
+    weights=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
+)
+def test_node_score_matches_the_generic_per_resource_scores(
+    allocatable: tuple[int, int], used: tuple[int, int], requested: tuple[int, int], weights: tuple[int, int, int]
+) -> None:
+    scored = NodeInfo.create("n", Resource(milli_cpu=allocatable[0], memory=allocatable[1]))
+    scored.used = Resource(milli_cpu=used[0], memory=used[1])
+    probe = TaskInfo(
+        uid="p",
+        namespace="ns",
+        name="p",
+        job_id="p",
+        resreq=Resource(milli_cpu=requested[0], memory=requested[1]),
+        init_resreq=Resource(milli_cpu=requested[0], memory=requested[1]),
+    )
+    least, balanced, most = weights
+    task_request = non_zero_request(probe)
+    node_request = (used[0] // 2, used[1] // 2)
+    total = (node_request[0] + task_request[0], node_request[1] + task_request[1])
+    capacity = (round(scored.allocatable.milli_cpu), round(scored.allocatable.memory))
+    expected = 0.0
+    if least or most:
+        expected += least * weighted_resource_score(total, capacity, (1, 1), least_requested_score)
+        expected += most * weighted_resource_score(total, capacity, (1, 1), most_requested_score)
+    if balanced:
+        fractions_used = (used[0] + requested[0], used[1] + requested[1])
+        expected += balanced * balanced_resource_score(
+            fractions_used, (scored.allocatable.milli_cpu, scored.allocatable.memory)
+        )
+    actual = node_score(
+        probe, scored, NodeOrderWeights(least, balanced, most), non_zero_request, lambda _: node_request
+    )
+    assert actual == expected
