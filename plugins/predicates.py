@@ -103,6 +103,8 @@ def required_affinity_matches(terms: Iterable[NodeSelectorTerm], labels: Mapping
 
 
 def node_affinity_matches(task: TaskInfo, node: NodeInfo) -> bool:
+    if not task.node_selector and not task.required_node_terms:
+        return True
     return matches_node_selector(task.node_selector, node.labels) and required_affinity_matches(
         task.required_node_terms, node.labels, node.name
     )
@@ -157,7 +159,7 @@ def check_node(task: TaskInfo, node: NodeInfo) -> Status:
         return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, NOT_READY, PLUGIN_NAME)
     if node.unschedulable and not tolerates_unschedulable(task.tolerations):
         return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, UNSCHEDULABLE, PLUGIN_NAME)
-    taint = untolerated_taint(node.taints, task.tolerations)
+    taint = untolerated_taint(node.taints, task.tolerations) if node.taints else None
     if taint is not None:
         return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, untolerated_taint_message(taint), PLUGIN_NAME)
     if not node_affinity_matches(task, node):

@@ -145,12 +145,20 @@ def feasible_nodes(
     failures: dict[str, list[Status]] = {}
     visited = 0
     request = task.init_resreq
+    # One Status per missing resource, shared by the nodes that lack it (Status is frozen).
+    insufficient: dict[str, Status] = {}
     for node in order:
         visited += 1
         if check_resources:
-            missing = insufficient_future_idle(request, node)
+            missing = request.insufficient_after(node.idle, node.releasing, node.pipelined)
             if missing:
-                failures[node.name] = [Status.unschedulable(f"Insufficient {name}", ACTION_NAME) for name in missing]
+                statuses = []
+                for name in missing:
+                    status = insufficient.get(name)
+                    if status is None:
+                        status = insufficient[name] = Status.unschedulable(f"Insufficient {name}", ACTION_NAME)
+                    statuses.append(status)
+                failures[node.name] = statuses
                 continue
         status = ssn.predicate(task, node)
         if not status.passed:
