@@ -366,7 +366,7 @@ def test_fast_admission_allocates_only_on_the_chosen_node(monkeypatch: pytest.Mo
     calls = count_calls(monkeypatch)
     plugin = numa_plugin()
     nodes = cluster(4)
-    task = pod([container_object("main", "8", 16, 2, 0, guaranteed=True)])
+    task = pod([container_object("main", "8", 16, 0, 0, guaranteed=True)])
     expected = plugin.place(task, nodes[0])
     assert isinstance(expected, Placement)
     calls.clear()
@@ -374,7 +374,24 @@ def test_fast_admission_allocates_only_on_the_chosen_node(monkeypatch: pytest.Mo
     # Hints for every node, once; ids chosen once, on the chosen node.
     assert calls["CpuHintProvider.hints"] == 4
     assert calls["CpuHintProvider.allocate"] == 1
-    assert calls["DeviceProvider.allocate"] == 1
+    assert chosen.name == "n0"
+    assert task.allocation == expected.allocation is not None
+
+
+def test_device_pods_choose_sets_on_the_scored_nodes_and_reuse_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = count_calls(monkeypatch)
+    plugin = numa_plugin()
+    nodes = cluster(4)
+    task = pod([container_object("main", "8", 16, 2, 0, guaranteed=True)])
+    expected = plugin.place(task, nodes[0])
+    assert isinstance(expected, Placement)
+    calls.clear()
+    chosen = decide(plugin, task, nodes)
+    # Link-quality scoring chooses the GPU set on each of the 4 equally good nodes; on_allocate
+    # then reuses the chosen node's set instead of choosing again.
+    assert calls["CpuHintProvider.hints"] == 4
+    assert calls["DeviceProvider.allocate"] == 4
+    assert calls["CpuHintProvider.allocate"] == 4
     assert chosen.name == "n0"
     assert task.allocation == expected.allocation is not None
 

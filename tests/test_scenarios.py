@@ -240,3 +240,24 @@ def test_the_bundled_example_places_what_it_should(capsys: pytest.CaptureFixture
     )
     assert pods["strict-svc"]["status"] == "Bound" and len(pods["strict-svc"]["numa"]) == 1
     assert report["summary"]["bound"] == 25 and report["problems"] == []
+
+
+def test_between_admitting_nodes_the_better_linked_gpu_set_wins() -> None:
+    # Both nodes can give two GPUs on NUMA 0; on node-a only an NV1 pair is left (0-1), on node-b
+    # an NV2 pair (2-3). Equal otherwise, node-a would win the tie by name.
+    busy_numa1 = ["4", "5", "6", "7"]
+    cluster = cluster_of(
+        [
+            ("node-a", "dgx1-v100", TopologyPolicy.SINGLE_NUMA_NODE),
+            ("node-b", "dgx1-v100", TopologyPolicy.SINGLE_NUMA_NODE),
+        ],
+        [
+            holding("node-a", "busy-a", gpus=["2", "3", *busy_numa1]),
+            holding("node-b", "busy-b", gpus=["0", "1", *busy_numa1]),
+            pod("pair", cpu=4, gpu=2),
+        ],
+    )
+    run(cluster)
+    node, allocation = placed(cluster, "pair")
+    assert node == "node-b"
+    assert allocation is not None and allocation.devices("nvidia.com/gpu") == {"2", "3"}

@@ -10,6 +10,9 @@ Any other argument is handed to the provider factories (e.g. nic-resources, nic-
 Pod annotation volcano.sh/numa-topology-policy asks for a policy; when it is stricter than the
 node's kubelet policy it is enforced here on the scheduler side.
 
+Scores: fewer NUMA nodes first (Volcano's normalisation, 0-100 times weight); for device pods,
+plus up to a quarter of that for the better-linked device set (link_scores).
+
 Per feasible node the predicate only decides admission and the NUMA span the score needs
 (admission.admit_pod: hints and merge where that is exact, the full placement otherwise). The
 decision is kept, per node, for the task being decided; on_allocate completes the one for the
@@ -32,6 +35,7 @@ from numasched.plugins.numaaware.policy import PolicyError, check_numa_node_limi
 from numasched.plugins.numaaware.providers.base import FreeResources, HintProvider, free_resources
 from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory
 from numasched.plugins.numaaware.providers.device import ARG_DEVICE_RESOURCES, device_provider_factory
+from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.scheduler.arguments import Arguments
 from numasched.scheduler.status import SUCCESS, Status, StatusCode
@@ -45,6 +49,8 @@ ARG_WEIGHT = "weight"
 ARG_DEVICES = "devices"
 ARG_HINT_PROVIDERS = "hint-providers"
 MAX_NODE_SCORE = 100
+# Link quality adds at most a quarter of the NUMA score's range.
+LINK_SCORE_SHARE = 4
 
 _log = structlog.get_logger(__name__)
 
@@ -61,6 +67,18 @@ def stricter(first: TopologyPolicy, second: TopologyPolicy | None) -> TopologyPo
     if second is None or first.strictness >= second.strictness:
         return first
     return second
+
+
+def link_scores(qualities: Mapping[str, tuple[int, ...]], weight: int) -> dict[str, float]:
+    """Between nodes that admit a device pod: the better-linked set scores higher (NVLinks, then
+    PCIe closeness, then the largest aligned block left free), ranked 0 to MAX_NODE_SCORE /
+    LINK_SCORE_SHARE times weight, so the NUMA span stays the first criterion."""
+    distinct = sorted(set(qualities.values()))
+    if len(distinct) < 2:
+        return {}
+    top = MAX_NODE_SCORE / LINK_SCORE_SHARE
+    rank = {quality: index / (len(distinct) - 1) for index, quality in enumerate(distinct)}
+    return {node_name: top * rank[quality] * weight for node_name, quality in qualities.items()}
 
 
 def normalized_scores(numa_counts: Mapping[str, int], weight: int) -> dict[str, float]:
@@ -225,6 +243,7 @@ class NumaAwarePlugin:
 
     def batch_node_order(self, task: TaskInfo, nodes: Sequence[NodeInfo]) -> dict[str, float]:
         counts: dict[str, int] = {}
+        by_name = {node.name: node for node in nodes}
         for node in nodes:
             if node.topology is None:
                 continue
@@ -233,7 +252,50 @@ class NumaAwarePlugin:
             if isinstance(outcome, Status):
                 continue
             counts[node.name] = outcome.numa.count()
-        return normalized_scores(counts, self.weight)
+        scores = normalized_scores(counts, self.weight)
+        # Link quality can only reorder nodes within its own range of the best NUMA score, so the
+        # device sets (a full placement each) are chosen on those nodes only.
+        linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
+        best = max(scores.values(), default=0.0)
+        reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
+        qualities: dict[str, tuple[int, ...]] = {}
+        for node_name, score in scores.items():
+            node = by_name[node_name]
+            if not linked or score < best - reach or node.topology is None or not node.topology.links:
+                continue
+            resources = [name for name in linked if name in node.topology.devices]
+            quality = self._set_quality(task, node, resources) if resources else None
+            if quality is not None:
+                qualities[node_name] = quality
+        for node_name, bonus in link_scores(qualities, self.weight).items():
+            scores[node_name] = scores.get(node_name, 0.0) + bonus
+        return scores
+
+    def _set_quality(self, task: TaskInfo, node: NodeInfo, resources: Sequence[str]) -> tuple[int, ...] | None:
+        """Link quality of the device sets this node would give the task (device_sets.set_quality,
+        summed over its device resources); the full placement is kept for on_allocate."""
+        topology = node.topology
+        decision = self._recall(task, node.name)
+        if topology is None or decision is None:
+            return None
+        outcome = decision.outcome
+        if not isinstance(outcome, Placement):
+            completed = self._allocation(task, node, decision)
+            if isinstance(completed, Status):
+                return None
+            outcome = completed
+            self._remember(task, node.name, attrs.evolve(decision, outcome=completed))
+        if outcome.allocation is None:
+            return None
+        total = (0, 0, 0)
+        for resource in resources:
+            quality = set_quality(resource, outcome.allocation.devices(resource), topology, node.free_devices(resource))
+            total = (
+                total[0] + quality.nvlinks,
+                total[1] + quality.pcie_closeness,
+                total[2] + quality.largest_block_left,
+            )
+        return total
 
     # -- events -----------------------------------------------------------------------------------
 
