@@ -121,8 +121,11 @@ class StaticPolicyOptions:
         return cls(**values), problems
 
     @classmethod
-    def of(cls, topology: NumaTopology) -> StaticPolicyOptions:
-        options, problems = cls.parse(topology.policies.cpu_manager_options)
+    def of(cls, topology: NumaTopology, defaults: Mapping[str, str] | None = None) -> StaticPolicyOptions:
+        """The node's cpuManagerPolicyOptions; `defaults` (plugin arguments) stand in for a node
+        whose topology object does not report any (Volcano's exporter does not)."""
+        reported = topology.policies.cpu_manager_options
+        options, problems = cls.parse(reported if reported else (defaults or {}))
         for problem in problems:
             log.debug("cpu manager options", node=topology.node_name, problem=problem)
         return options
@@ -141,7 +144,7 @@ class CpuNodeIndex:
     masks: tuple[tuple[NumaMask, tuple[int, ...], int], ...]
 
     @classmethod
-    def of(cls, topology: NumaTopology) -> CpuNodeIndex:
+    def of(cls, topology: NumaTopology, default_options: Mapping[str, str] | None = None) -> CpuNodeIndex:
         layout = CpuLayout.from_topology(topology)
         numa_ids = tuple(sorted(layout.cpus_by_numa))
         masks = []
@@ -150,7 +153,7 @@ class CpuNodeIndex:
             masks.append((mask, ids, sum(len(layout.cpus_by_numa[numa]) for numa in ids)))
         return cls(
             layout=layout,
-            options=StaticPolicyOptions.of(topology),
+            options=StaticPolicyOptions.of(topology, default_options),
             numa_ids=numa_ids,
             cpus_by_numa={numa: IdSet(layout.cpus_by_numa[numa]) for numa in numa_ids},
             masks=tuple(masks),
@@ -327,16 +330,18 @@ def _containers_in_order(request: HintRequest) -> list[ContainerInfo]:
     return init + apps
 
 
-def _index_memo() -> TopologyMemo[CpuNodeIndex]:
-    return TopologyMemo(CpuNodeIndex.of)
-
-
 @attrs.frozen(slots=True)
 class CpuHintProvider:
     """The CPU manager static policy as a HintProvider (see base.HintProvider)."""
 
+    # cpuManagerPolicyOptions for nodes whose topology object reports none (plugin arguments).
+    default_options: dict[str, str] = attrs.field(factory=dict)
     # One CpuNodeIndex per node topology, for as long as this provider lives.
-    indexes: TopologyMemo[CpuNodeIndex] = attrs.field(factory=_index_memo, init=False, eq=False, repr=False)
+    indexes: TopologyMemo[CpuNodeIndex] = attrs.field(init=False, eq=False, repr=False)
+
+    @indexes.default
+    def _index_memo(self) -> TopologyMemo[CpuNodeIndex]:
+        return TopologyMemo(lambda topology: CpuNodeIndex.of(topology, self.default_options))
 
     @property
     def name(self) -> str:
@@ -417,7 +422,23 @@ class CpuHintProvider:
         return result
 
 
+# Plugin arguments that set the CPU manager options of nodes that do not report theirs.
+OPTION_ARGUMENTS = {
+    FULL_PCPUS_ONLY: FULL_PCPUS_ONLY,
+    DISTRIBUTE_CPUS_ACROSS_NUMA: DISTRIBUTE_CPUS_ACROSS_NUMA,
+    "align-by-uncorecache": PREFER_ALIGN_BY_UNCORECACHE,
+}
+
+
 def cpu_provider_factory(arguments: Mapping[str, Any]) -> CpuHintProvider:
-    """Entry-point factory (group numasched.hint_providers); the CPU provider takes no arguments."""
-    del arguments
-    return CpuHintProvider()
+    """Entry-point factory (group numasched.hint_providers).
+
+    Arguments full-pcpus-only, distribute-cpus-across-numa and align-by-uncorecache (booleans) are
+    the CPU manager options assumed for nodes whose topology object does not report them.
+    """
+    defaults = {
+        option: str(arguments[argument]).lower()
+        for argument, option in OPTION_ARGUMENTS.items()
+        if argument in arguments
+    }
+    return CpuHintProvider(defaults)
