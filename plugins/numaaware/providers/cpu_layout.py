@@ -4,13 +4,23 @@ The kubelet's CPUTopology counts sockets, cores, NUMA nodes and uncore caches ov
 CPU (reserved ones included) and assumes they are uniform: "CPUs per core" is all CPUs divided by
 all cores, and so on. The same arithmetic is kept here so that "is this core / socket free" means
 exactly what it means on the node.
+
+The layout is built once per node topology. Hints need only its per-NUMA sets; the CPU choice
+reads `layout.bits_index`, built on first use: one bit mask per NUMA node, socket and uncore cache
+(free counts are popcounts) and per-CPU rows indexed by CPU id (NUMA node, socket, uncore cache,
+core ordinal) that C-level `map` can read, so that no step of a choice walks the CPUs in Python.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cached_property
+from operator import attrgetter
 
 import attrs
+from bitarray import bitarray, frozenbitarray
+from bitarray.util import zeros
 
 from numasched.api.topology import CpuInfo, NumaTopology
 
@@ -19,6 +29,9 @@ from numasched.api.topology import CpuInfo, NumaTopology
 # already grouped them by socket or NUMA node.
 CoreKey = tuple[int, int]
 
+# Row value for ids below the highest CPU id that the topology does not list.
+ABSENT = -1
+
 
 class CpuTopologyError(ValueError):
     """The topology cannot support a CPU assignment (no CPUs, or ids it does not know)."""
@@ -26,6 +39,104 @@ class CpuTopologyError(ValueError):
 
 def core_key(info: CpuInfo) -> CoreKey:
     return (info.core, info.socket)
+
+
+def _mask(size: int, cpus: Iterable[int]) -> frozenbitarray:
+    bits = zeros(size)
+    members = list(cpus)
+    if members:
+        bits[members] = 1
+    return frozenbitarray(bits)
+
+
+_CPU = attrgetter("cpu")
+_SOCKET = attrgetter("socket")
+_NUMA = attrgetter("numa")
+_UNCORE = attrgetter("l3")
+
+
+def _scattered(size: int, cpus: list[int], values: Iterable[int]) -> tuple[int, ...]:
+    """A row indexed by CPU id: the i-th value at the i-th CPU, ABSENT elsewhere."""
+    row = [ABSENT] * size
+    for _ in map(row.__setitem__, cpus, values):
+        pass
+    return tuple(row)
+
+
+@attrs.frozen(slots=True)
+class CpuBitIndex:
+    """A CpuLayout as bit masks (`size` bits, one per id up to the highest CPU id) and per-CPU rows."""
+
+    size: int
+    known: frozenbitarray
+    numa_masks: Mapping[int, frozenbitarray]
+    socket_masks: Mapping[int, frozenbitarray]
+    uncore_masks: Mapping[int, frozenbitarray]
+    # Per-CPU rows, indexed by CPU id (ABSENT for ids the topology does not list).
+    numa_of: Sequence[int]
+    socket_of: Sequence[int]
+    uncore_of: Sequence[int]
+    core_of: Sequence[int]
+    # Cores by ordinal: ordinals follow CoreKey order, so sorting ordinals sorts keys.
+    core_keys: Sequence[CoreKey]
+    core_cpus: Sequence[tuple[int, ...]]
+    # The smallest group of each level: a request below it cannot take a whole one.
+    smallest_numa: int
+    smallest_socket: int
+    smallest_core: int
+    smallest_uncore: int
+
+    @classmethod
+    def of(cls, layout: CpuLayout) -> CpuBitIndex:
+        cpus = list(layout.info)
+        rows = list(layout.info.values())
+        size = max(cpus) + 1
+        core_keys = tuple(sorted(layout.cpus_by_core))
+        ordinal_of = {key: ordinal for ordinal, key in enumerate(core_keys)}
+        return cls(
+            size=size,
+            known=_mask(size, cpus),
+            numa_masks={key: _mask(size, value) for key, value in layout.cpus_by_numa.items()},
+            socket_masks={key: _mask(size, value) for key, value in layout.cpus_by_socket.items()},
+            uncore_masks={key: _mask(size, value) for key, value in layout.cpus_by_uncore.items()},
+            numa_of=_scattered(size, cpus, map(_NUMA, rows)),
+            socket_of=_scattered(size, cpus, map(_SOCKET, rows)),
+            uncore_of=_scattered(size, cpus, map(_UNCORE, rows)),
+            core_of=_scattered(size, cpus, map(ordinal_of.__getitem__, map(core_key, rows))),
+            core_keys=core_keys,
+            core_cpus=tuple(tuple(sorted(layout.cpus_by_core[key])) for key in core_keys),
+            smallest_numa=min(map(len, layout.cpus_by_numa.values())),
+            smallest_socket=min(map(len, layout.cpus_by_socket.values())),
+            smallest_core=min(map(len, layout.cpus_by_core.values())),
+            smallest_uncore=min(map(len, layout.cpus_by_uncore.values())),
+        )
+
+    def bits(self, cpus: Iterable[int]) -> bitarray:
+        """`cpus` as a mutable mask; raises CpuTopologyError on ids the topology does not list."""
+        members = cpus if isinstance(cpus, list) else list(cpus)
+        bits = zeros(self.size)
+        if not members:
+            return bits
+        if min(members) < 0 or max(members) >= self.size:
+            raise _unknown(self, members)
+        bits[members] = 1
+        if (bits & ~self.known).any():
+            raise _unknown(self, members)
+        return bits
+
+    def known_bits(self, cpus: Iterable[int]) -> bitarray:
+        """The CPUs of `cpus` that the topology lists, as a mutable mask; other ids are dropped."""
+        members = [cpu for cpu in cpus if 0 <= cpu < self.size]
+        bits = zeros(self.size)
+        if members:
+            bits[members] = 1
+            bits &= self.known
+        return bits
+
+
+def _unknown(index: CpuBitIndex, cpus: Sequence[int]) -> CpuTopologyError:
+    strays = sorted({cpu for cpu in cpus if not 0 <= cpu < index.size or not index.known[cpu]})
+    return CpuTopologyError(f"CPUs {','.join(map(str, strays))} are not in the node's topology")
 
 
 @attrs.frozen(slots=True)
@@ -46,23 +157,30 @@ class CpuLayout:
     def all_cpus(self) -> frozenset[int]:
         return frozenset(self.info)
 
+    @cached_property
+    def bits_index(self) -> CpuBitIndex:
+        return CpuBitIndex.of(self)
+
     @classmethod
     def from_topology(cls, topology: NumaTopology) -> CpuLayout:
         if not topology.cpus:
             raise CpuTopologyError(f"node {topology.node_name}: the topology lists no CPUs")
         info: dict[int, CpuInfo] = {}
-        by_numa: dict[int, set[int]] = {}
-        by_socket: dict[int, set[int]] = {}
-        by_core: dict[CoreKey, set[int]] = {}
-        by_uncore: dict[int, set[int]] = {}
-        for cpu in topology.cpus:
-            if cpu.cpu in info:
-                raise CpuTopologyError(f"node {topology.node_name}: CPU {cpu.cpu} is listed twice")
-            info[cpu.cpu] = cpu
-            by_numa.setdefault(cpu.numa, set()).add(cpu.cpu)
-            by_socket.setdefault(cpu.socket, set()).add(cpu.cpu)
-            by_core.setdefault(core_key(cpu), set()).add(cpu.cpu)
-            by_uncore.setdefault(cpu.l3, set()).add(cpu.cpu)
+        by_numa: dict[int, list[int]] = {}
+        by_socket: dict[int, list[int]] = {}
+        by_core: dict[CoreKey, list[int]] = {}
+        by_uncore: dict[int, list[int]] = {}
+        for row in topology.cpus:
+            cpu = row.cpu
+            if cpu in info:
+                raise CpuTopologyError(f"node {topology.node_name}: CPU {cpu} is listed twice")
+            if cpu < 0:
+                raise CpuTopologyError(f"node {topology.node_name}: CPU id {cpu} is negative")
+            info[cpu] = row
+            by_numa.setdefault(row.numa, []).append(cpu)
+            by_socket.setdefault(row.socket, []).append(cpu)
+            by_core.setdefault((row.core, row.socket), []).append(cpu)
+            by_uncore.setdefault(row.l3, []).append(cpu)
         total = len(info)
         return cls(
             info=info,
@@ -82,10 +200,15 @@ class CpuLayout:
         This is what full-pcpus-only may hand out: the kubelet treats every sibling of a reserved
         CPU as unavailable so that an allocation never has to split a core.
         """
-        pool = frozenset(cpus)
-        blocked = {core_key(self.info[cpu]) for cpu in excluded if cpu in self.info}
-        result: set[int] = set()
-        for key, threads in self.cpus_by_core.items():
-            if key not in blocked and threads <= pool:
-                result |= threads
-        return frozenset(result)
+        index = self.bits_index
+        core_of = index.core_of
+        pool_cpus = list(index.known_bits(cpus).search(1))
+        blocked = set(map(core_of.__getitem__, index.known_bits(excluded).search(1)))
+        free_threads = Counter(map(core_of.__getitem__, pool_cpus))
+        core_cpus = index.core_cpus
+        whole = {
+            ordinal
+            for ordinal, count in free_threads.items()
+            if count == len(core_cpus[ordinal]) and ordinal not in blocked
+        }
+        return frozenset(cpu for cpu in pool_cpus if core_of[cpu] in whole)
