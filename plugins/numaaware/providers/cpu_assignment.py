@@ -18,11 +18,15 @@ balanced (lowest standard deviation, rounded to 3 decimals), and take each share
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import combinations
 from typing import TypeVar
 
-from numasched.plugins.numaaware.providers.cpu_layout import CoreKey, CpuLayout, core_key
+from bitarray import bitarray, frozenbitarray
+from bitarray.util import count_and, zeros
+
+from numasched.plugins.numaaware.providers.cpu_layout import CoreKey, CpuBitIndex, CpuLayout
 
 _Key = TypeVar("_Key", int, CoreKey)
 _Item = TypeVar("_Item")
@@ -59,63 +63,128 @@ def _extend_unique(target: list[_Item], seen: set[_Item], items: Iterable[_Item]
 
 
 class _FreeView:
-    """Counts and memberships of the still-free CPUs, rebuilt whenever the accumulator sorts."""
+    """The free CPUs at one moment and their counts per NUMA node, socket, uncore cache and core.
 
-    __slots__ = (
-        "cores_in_numa",
-        "cores_in_socket",
-        "cpus_in_core",
-        "in_core",
-        "in_numa",
-        "in_socket",
-        "in_uncore",
-        "numas_in_socket",
-        "sockets_in_numa",
-        "uncores_in_numa",
-    )
+    A snapshot of the accumulator's free mask: counts are popcounts against the layout's masks or
+    C-level tallies over its per-CPU rows, and each table is built the first time it is asked for.
+    """
 
-    def __init__(self, layout: CpuLayout, free: Iterable[int]) -> None:
-        self.in_numa: dict[int, int] = {}
-        self.in_socket: dict[int, int] = {}
-        self.in_core: dict[CoreKey, int] = {}
-        self.in_uncore: dict[int, int] = {}
-        self.numas_in_socket: dict[int, set[int]] = {}
-        self.sockets_in_numa: dict[int, set[int]] = {}
-        self.cores_in_socket: dict[int, set[CoreKey]] = {}
-        self.cores_in_numa: dict[int, set[CoreKey]] = {}
-        self.uncores_in_numa: dict[int, set[int]] = {}
-        self.cpus_in_core: dict[CoreKey, list[int]] = {}
-        for cpu in free:
-            info = layout.info[cpu]
-            key = core_key(info)
-            self.in_numa[info.numa] = self.in_numa.get(info.numa, 0) + 1
-            self.in_socket[info.socket] = self.in_socket.get(info.socket, 0) + 1
-            self.in_core[key] = self.in_core.get(key, 0) + 1
-            self.in_uncore[info.l3] = self.in_uncore.get(info.l3, 0) + 1
-            self.numas_in_socket.setdefault(info.socket, set()).add(info.numa)
-            self.sockets_in_numa.setdefault(info.numa, set()).add(info.socket)
-            self.cores_in_socket.setdefault(info.socket, set()).add(key)
-            self.cores_in_numa.setdefault(info.numa, set()).add(key)
-            self.uncores_in_numa.setdefault(info.numa, set()).add(info.l3)
-            self.cpus_in_core.setdefault(key, []).append(cpu)
+    __slots__ = ("_core_counts", "_in_numa", "_in_socket", "_in_uncore", "free", "index")
+
+    def __init__(self, index: CpuBitIndex, free: bitarray) -> None:
+        self.index = index
+        self.free = frozenbitarray(free)
+        self._in_numa: dict[int, int] | None = None
+        self._in_socket: dict[int, int] | None = None
+        self._in_uncore: dict[int, int] | None = None
+        self._core_counts: dict[int, int] | None = None
+
+    @property
+    def in_numa(self) -> dict[int, int]:
+        if self._in_numa is None:
+            self._in_numa = _free_counts(self.free, self.index.numa_masks)
+        return self._in_numa
+
+    @property
+    def in_socket(self) -> dict[int, int]:
+        if self._in_socket is None:
+            self._in_socket = _free_counts(self.free, self.index.socket_masks)
+        return self._in_socket
+
+    @property
+    def in_uncore(self) -> dict[int, int]:
+        if self._in_uncore is None:
+            self._in_uncore = _free_counts(self.free, self.index.uncore_masks)
+        return self._in_uncore
+
+    @property
+    def core_counts(self) -> dict[int, int]:
+        """Free CPUs per core ordinal, for cores that have any."""
+        if self._core_counts is None:
+            self._core_counts = Counter(map(self.index.core_of.__getitem__, self.free.search(1)))
+        return self._core_counts
+
+    @property
+    def in_core(self) -> dict[CoreKey, int]:
+        keys = self.index.core_keys
+        return {keys[ordinal]: count for ordinal, count in self.core_counts.items()}
+
+    def _rows_in(self, rows: Sequence[int], mask: frozenbitarray) -> set[int]:
+        return set(map(rows.__getitem__, (self.free & mask).search(1)))
+
+    def numas_in_socket(self, socket: int) -> set[int]:
+        return self._rows_in(self.index.numa_of, self.index.socket_masks[socket])
+
+    def sockets_in_numa(self, numa: int) -> set[int]:
+        return self._rows_in(self.index.socket_of, self.index.numa_masks[numa])
+
+    def uncores_in_numa(self, numa: int) -> set[int]:
+        return self._rows_in(self.index.uncore_of, self.index.numa_masks[numa])
+
+    def cores_in_socket(self, socket: int) -> dict[int, int]:
+        """Free CPUs per core ordinal in this socket (a core never spans sockets: the key says so)."""
+        return Counter(map(self.index.core_of.__getitem__, (self.free & self.index.socket_masks[socket]).search(1)))
+
+    def cores_in_numa(self, numa: int) -> dict[int, int]:
+        """Free CPUs per core ordinal (the whole core's) for cores with a free CPU in this NUMA node."""
+        counts = self.core_counts
+        return {ordinal: counts[ordinal] for ordinal in self._rows_in(self.index.core_of, self.index.numa_masks[numa])}
+
+
+def _free_counts(free: frozenbitarray, masks: Mapping[int, frozenbitarray]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for key, mask in masks.items():
+        count = count_and(free, mask)
+        if count:
+            counts[key] = count
+    return counts
 
 
 class CpuAccumulator:
     """Collects CPUs for one request, level by level, as the kubelet's cpuAccumulator does."""
 
+    __slots__ = ("free", "index", "layout", "needed", "result")
+
     def __init__(self, layout: CpuLayout, available: Iterable[int], count: int) -> None:
         self.layout = layout
-        self.free: set[int] = set(available)
-        self.result: set[int] = set()
+        self.index = layout.bits_index
+        self.free: bitarray = self.index.bits(available)
+        self.result: bitarray = zeros(self.index.size)
         self.needed = count
+
+    @classmethod
+    def of_bits(cls, layout: CpuLayout, available: bitarray, count: int) -> CpuAccumulator:
+        """An accumulator over a mask already checked against `layout` (bits_index.size bits)."""
+        acc = cls.__new__(cls)
+        acc.layout = layout
+        acc.index = layout.bits_index
+        acc.free = bitarray(available)
+        acc.result = zeros(acc.index.size)
+        acc.needed = count
+        return acc
 
     # -- state ---------------------------------------------------------------------------------
 
     def take(self, cpus: Iterable[int]) -> None:
-        chosen = set(cpus)
+        self.take_bits(self.index.bits(cpus))
+
+    def take_bits(self, chosen: bitarray) -> None:
         self.result |= chosen
-        self.free -= chosen
-        self.needed -= len(chosen)
+        self.free &= ~chosen
+        self.needed -= chosen.count()
+
+    def _take_cpus(self, cpus: Sequence[int]) -> None:
+        # Ids from the layout itself, unique: no check needed. (bitarray reads a tuple index as
+        # several dimensions, hence the list.)
+        index = list(cpus)
+        self.result[index] = 1
+        self.free[index] = 0
+        self.needed -= len(index)
+
+    def _take_cpu(self, cpu: int) -> None:
+        self.result[cpu] = 1
+        self.free[cpu] = 0
+        self.needed -= 1
 
     def needs_at_least(self, count: int) -> bool:
         return self.needed >= count
@@ -124,13 +193,17 @@ class CpuAccumulator:
         return self.needed < 1
 
     def is_failed(self) -> bool:
-        return self.needed > len(self.free)
+        return self.needed > self.free.count()
 
     def view(self) -> _FreeView:
-        return _FreeView(self.layout, self.free)
+        return _FreeView(self.index, self.free)
 
-    def free_in_numa(self, numa: int) -> set[int]:
-        return set(self.layout.cpus_by_numa.get(numa, frozenset()) & self.free)
+    def free_count_in_numa(self, numa: int) -> int:
+        return count_and(self.free, self.index.numa_masks[numa])
+
+    def free_bits_in_numa(self, numa: int) -> bitarray:
+        free: bitarray = self.free & self.index.numa_masks[numa]
+        return free
 
     # -- orders --------------------------------------------------------------------------------
 
@@ -141,7 +214,7 @@ class CpuAccumulator:
         result: list[int] = []
         seen: set[int] = set()
         for socket in self.sorted_sockets(view):
-            _extend_unique(result, seen, _by_free_then_id(view.numas_in_socket[socket], view.in_numa))
+            _extend_unique(result, seen, _by_free_then_id(view.numas_in_socket(socket), view.in_numa))
         return result
 
     def sorted_sockets(self, view: _FreeView | None = None) -> list[int]:
@@ -151,57 +224,72 @@ class CpuAccumulator:
         result: list[int] = []
         seen: set[int] = set()
         for numa in self.sorted_numa_nodes(view):
-            _extend_unique(result, seen, _by_free_then_id(view.sockets_in_numa[numa], view.in_socket))
+            _extend_unique(result, seen, _by_free_then_id(view.sockets_in_numa(numa), view.in_socket))
         return result
+
+    def _core_order(self, view: _FreeView) -> Iterator[tuple[int, int]]:
+        """(core ordinal, its free CPUs) for cores with any, in take order, group by group as consumed."""
+        seen: set[int] = set()
+        groups: Iterable[dict[int, int]]
+        if self.layout.numa_first:
+            groups = map(view.cores_in_socket, self.sorted_sockets(view))
+        else:
+            groups = map(view.cores_in_numa, self.sorted_numa_nodes(view))
+        for counts in groups:
+            for ordinal in _by_free_then_id(counts, counts):
+                if ordinal not in seen:
+                    seen.add(ordinal)
+                    yield ordinal, counts[ordinal]
 
     def sorted_cores(self, view: _FreeView | None = None) -> list[CoreKey]:
         view = view or self.view()
-        result: list[CoreKey] = []
-        seen: set[CoreKey] = set()
-        if self.layout.numa_first:
-            for socket in self.sorted_sockets(view):
-                _extend_unique(result, seen, _by_free_then_id(view.cores_in_socket[socket], view.in_core))
-        else:
-            for numa in self.sorted_numa_nodes(view):
-                _extend_unique(result, seen, _by_free_then_id(view.cores_in_numa[numa], view.in_core))
-        return result
+        keys = self.index.core_keys
+        return [keys[ordinal] for ordinal, _ in self._core_order(view)]
 
     def sorted_uncore_caches(self, view: _FreeView | None = None) -> list[int]:
         view = view or self.view()
         result: list[int] = []
         seen: set[int] = set()
         for numa in self.sorted_numa_nodes(view):
-            _extend_unique(result, seen, _by_free_then_id(view.uncores_in_numa[numa], view.in_uncore))
+            _extend_unique(result, seen, _by_free_then_id(view.uncores_in_numa(numa), view.in_uncore))
         return result
+
+    def _free_cpus_in_order(self, view: _FreeView) -> Iterator[int]:
+        free = view.free
+        core_cpus = self.index.core_cpus
+        for ordinal, _ in self._core_order(view):
+            for cpu in core_cpus[ordinal]:
+                if free[cpu]:
+                    yield cpu
 
     def sorted_cpus(self) -> list[int]:
-        view = self.view()
-        result: list[int] = []
-        for key in self.sorted_cores(view):
-            result.extend(sorted(view.cpus_in_core[key]))
-        return result
+        return list(self._free_cpus_in_order(self.view()))
 
     # -- whole levels --------------------------------------------------------------------------
+    # A level whose smallest group exceeds the request cannot take anything: it is skipped
+    # without looking at the free CPUs. Each level walks one snapshot of them, as the kubelet's
+    # list of free groups is computed once before it takes any.
 
     def take_full_numa_nodes(self) -> None:
+        layout = self.layout
+        if self.needed < self.index.smallest_numa:
+            return
         view = self.view()
-        free_numas = [
-            numa for numa in self.sorted_numa_nodes(view) if view.in_numa[numa] == len(self.layout.cpus_by_numa[numa])
-        ]
-        for numa in free_numas:
-            cpus = self.layout.cpus_by_numa[numa]
-            if self.needs_at_least(len(cpus)):
-                self.take(cpus)
+        for numa in self.sorted_numa_nodes(view):
+            size = len(layout.cpus_by_numa[numa])
+            if view.in_numa[numa] == size and self.needs_at_least(size):
+                self.take_bits(self.index.numa_masks[numa])
 
     def take_full_sockets(self) -> None:
+        layout = self.layout
+        if self.needed < self.index.smallest_socket:
+            return
         view = self.view()
-        free_sockets = [
-            socket for socket in self.sorted_sockets(view) if view.in_socket[socket] == self.layout.cpus_per_socket
-        ]
-        for socket in free_sockets:
-            cpus = self.layout.cpus_by_socket[socket]
-            if self.needs_at_least(len(cpus)):
-                self.take(cpus)
+        for socket in self.sorted_sockets(view):
+            if view.in_socket[socket] == layout.cpus_per_socket and self.needs_at_least(
+                len(layout.cpus_by_socket[socket])
+            ):
+                self.take_bits(self.index.socket_masks[socket])
 
     def take_first_level(self) -> None:
         if self.layout.numa_first:
@@ -216,36 +304,38 @@ class CpuAccumulator:
             self.take_full_numa_nodes()
 
     def take_full_uncore_caches(self) -> None:
+        layout = self.layout
+        if self.needed < self.index.smallest_uncore:
+            return
         view = self.view()
-        free_caches = [
-            cache
-            for cache in self.sorted_uncore_caches(view)
-            if view.in_uncore[cache] == len(self.layout.cpus_by_uncore[cache])
-        ]
-        for cache in free_caches:
-            cpus = self.layout.cpus_by_uncore[cache]
-            if self.needs_at_least(len(cpus)):
-                self.take(cpus)
+        for cache in self.sorted_uncore_caches(view):
+            size = len(layout.cpus_by_uncore[cache])
+            if view.in_uncore[cache] == size and self.needs_at_least(size):
+                self.take_bits(self.index.uncore_masks[cache])
 
     def take_partial_uncore_cache(self, cache: int) -> None:
         """Claim the rest of the request inside one uncore cache, or nothing."""
+        index = self.index
         per_core = self.layout.cpus_per_core
         cores_needed = (self.needed + per_core - 1) // per_core
-        view = self.view()
-        cores = sorted(key for key, count in view.in_core.items() if count and self._core_in_cache(key, cache))
-        chosen: list[int] = []
-        for key in cores[:cores_needed]:
-            chosen.extend(cpu for cpu in view.cpus_in_core[key] if self.layout.info[cpu].l3 == cache)
-        chosen.sort()
+        free = self.free
+        core_cpus = index.core_cpus
+        # Cores with any thread in the cache (free or not) and any free thread (in the cache or not).
+        touching = sorted(set(map(index.core_of.__getitem__, index.uncore_masks[cache].search(1))))
+        cores = [ordinal for ordinal in touching if any(free[cpu] for cpu in core_cpus[ordinal])]
+        uncore_of = index.uncore_of
+        chosen = sorted(
+            cpu
+            for ordinal in cores[:cores_needed]
+            for cpu in core_cpus[ordinal]
+            if free[cpu] and uncore_of[cpu] == cache
+        )
         # An odd remainder on an SMT machine needs only one thread of the last core: drop the
         # highest-numbered CPU so the rest stay whole cores.
         if self.needed % 2 != 0 and per_core > 1 and len(chosen) > self.needed:
             chosen = chosen[:-1]
         if len(chosen) == self.needed:
-            self.take(chosen)
-
-    def _core_in_cache(self, key: CoreKey, cache: int) -> bool:
-        return any(self.layout.info[cpu].l3 == cache for cpu in self.layout.cpus_by_core[key])
+            self._take_cpus(chosen)
 
     def take_uncore_caches(self) -> None:
         for cache in self.sorted_uncore_caches():
@@ -258,16 +348,21 @@ class CpuAccumulator:
                 return
 
     def take_full_cores(self) -> None:
-        view = self.view()
-        free_cores = [key for key in self.sorted_cores(view) if view.in_core[key] == self.layout.cpus_per_core]
-        for key in free_cores:
-            cpus = self.layout.cpus_by_core[key]
-            if self.needs_at_least(len(cpus)):
-                self.take(cpus)
+        smallest = self.index.smallest_core
+        if self.needed < smallest:
+            return
+        per_core = self.layout.cpus_per_core
+        core_cpus = self.index.core_cpus
+        for ordinal, free_threads in self._core_order(self.view()):
+            threads = core_cpus[ordinal]
+            if free_threads == per_core and self.needs_at_least(len(threads)):
+                self._take_cpus(threads)
+                if self.needed < smallest:
+                    return
 
     def take_remaining_cpus(self) -> None:
-        for cpu in self.sorted_cpus():
-            self.take((cpu,))
+        for cpu in self._free_cpus_in_order(self.view()):
+            self._take_cpu(cpu)
             if self.is_satisfied():
                 return
 
@@ -287,12 +382,11 @@ def _not_enough(count: int, available: int) -> CpuAssignmentError:
     return CpuAssignmentError(f"not enough cpus available to satisfy request: requested={count}, available={available}")
 
 
-def take_packed(layout: CpuLayout, available: frozenset[int], count: int, align_by_uncorecache: bool) -> frozenset[int]:
-    acc = CpuAccumulator(layout, available, count)
+def _packed(acc: CpuAccumulator, count: int, align_by_uncorecache: bool) -> bitarray:
     if acc.is_satisfied():
-        return frozenset()
+        return zeros(acc.index.size)
     if acc.is_failed():
-        raise _not_enough(count, len(available))
+        raise _not_enough(count, acc.free.count())
     steps: list[Callable[[], None]] = [acc.take_first_level, acc.take_second_level]
     if align_by_uncorecache:
         steps.append(acc.take_uncore_caches)
@@ -300,8 +394,17 @@ def take_packed(layout: CpuLayout, available: frozenset[int], count: int, align_
     for step in steps:
         step()
         if acc.is_satisfied():
-            return frozenset(acc.result)
+            return acc.result
     raise CpuAssignmentError(f"failed to allocate cpus: {acc.needed} of {count} still needed")
+
+
+def take_packed(layout: CpuLayout, available: Iterable[int], count: int, align_by_uncorecache: bool) -> frozenset[int]:
+    acc = CpuAccumulator(layout, available, count)
+    return frozenset(_packed(acc, count, align_by_uncorecache).search(1))
+
+
+def _packed_in(layout: CpuLayout, pool: bitarray, count: int) -> bitarray:
+    return _packed(CpuAccumulator.of_bits(layout, pool, count), count, False)
 
 
 def _spread_remainder(
@@ -325,17 +428,17 @@ def _spread_remainder(
     return after
 
 
-def take_distributed(layout: CpuLayout, available: frozenset[int], count: int, cpu_group_size: int) -> frozenset[int]:
-    if count % cpu_group_size != 0:
-        return take_packed(layout, available, count, False)
+def take_distributed(layout: CpuLayout, available: Iterable[int], count: int, cpu_group_size: int) -> frozenset[int]:
     acc = CpuAccumulator(layout, available, count)
+    if count % cpu_group_size != 0:
+        return frozenset(_packed(acc, count, False).search(1))
     if acc.is_satisfied():
         return frozenset()
     if acc.is_failed():
-        raise _not_enough(count, len(available))
+        raise _not_enough(count, acc.free.count())
 
     numas = acc.sorted_numa_nodes()
-    free_in = {numa: len(acc.free_in_numa(numa)) for numa in numas}
+    free_in = {numa: acc.free_count_in_numa(numa) for numa in numas}
     least, most = acc.numa_nodes_needed(cpu_group_size)
 
     for size in range(least, most + 1):
@@ -386,23 +489,23 @@ def take_distributed(layout: CpuLayout, available: frozenset[int], count: int, c
 
         distribution = (count // len(best_combo) // cpu_group_size) * cpu_group_size
         for numa in best_combo:
-            acc.take(take_packed(layout, frozenset(acc.free_in_numa(numa)), distribution, False))
+            acc.take_bits(_packed_in(layout, acc.free_bits_in_numa(numa), distribution))
         remainder = count - distribution * len(best_combo)
         while remainder > 0:
             progressed = False
             for numa in best_remainder:
                 if remainder == 0:
                     break
-                pool = acc.free_in_numa(numa)
-                if len(pool) < cpu_group_size:
+                pool = acc.free_bits_in_numa(numa)
+                if pool.count() < cpu_group_size:
                     continue
-                acc.take(take_packed(layout, frozenset(pool), cpu_group_size, False))
+                acc.take_bits(_packed_in(layout, pool, cpu_group_size))
                 remainder -= cpu_group_size
                 progressed = True
             if not progressed:
                 break
         if acc.needed != 0:
             raise CpuAssignmentError(f"accounting error: {acc.needed} CPUs left to allocate after distribution")
-        return frozenset(acc.result)
+        return frozenset(acc.result.search(1))
 
-    return take_packed(layout, available, count, False)
+    return frozenset(_packed(CpuAccumulator.of_bits(layout, acc.free, count), count, False).search(1))
