@@ -321,8 +321,7 @@ class CpuAccumulator:
         free = self.free
         core_cpus = index.core_cpus
         # Cores with any thread in the cache (free or not) and any free thread (in the cache or not).
-        touching = sorted(set(map(index.core_of.__getitem__, index.uncore_masks[cache].search(1))))
-        cores = [ordinal for ordinal in touching if any(free[cpu] for cpu in core_cpus[ordinal])]
+        cores = sorted(set(map(index.core_of.__getitem__, (free & index.uncore_core_masks[cache]).search(1))))
         uncore_of = index.uncore_of
         chosen = sorted(
             cpu
@@ -338,8 +337,10 @@ class CpuAccumulator:
             self._take_cpus(chosen)
 
     def take_uncore_caches(self) -> None:
-        for cache in self.sorted_uncore_caches():
-            if self.needs_at_least(self.layout.cpus_per_uncore):
+        for position, cache in enumerate(self.sorted_uncore_caches()):
+            # The kubelet retries whole caches before every cache; only the first try can take
+            # any: a whole cache passed over once is bigger than the request, which only shrinks.
+            if position == 0 and self.needs_at_least(self.layout.cpus_per_uncore):
                 self.take_full_uncore_caches()
             if self.is_satisfied():
                 return

@@ -49,7 +49,6 @@ def _mask(size: int, cpus: Iterable[int]) -> frozenbitarray:
     return frozenbitarray(bits)
 
 
-_CPU = attrgetter("cpu")
 _SOCKET = attrgetter("socket")
 _NUMA = attrgetter("numa")
 _UNCORE = attrgetter("l3")
@@ -80,6 +79,9 @@ class CpuBitIndex:
     # Cores by ordinal: ordinals follow CoreKey order, so sorting ordinals sorts keys.
     core_keys: Sequence[CoreKey]
     core_cpus: Sequence[tuple[int, ...]]
+    # Per uncore cache: every thread of the cores with a thread in it (a core may straddle caches
+    # on odd hardware).
+    uncore_core_masks: Mapping[int, frozenbitarray]
     # The smallest group of each level: a request below it cannot take a whole one.
     smallest_numa: int
     smallest_socket: int
@@ -93,18 +95,32 @@ class CpuBitIndex:
         size = max(cpus) + 1
         core_keys = tuple(sorted(layout.cpus_by_core))
         ordinal_of = {key: ordinal for ordinal, key in enumerate(core_keys)}
+        core_of = _scattered(size, cpus, map(ordinal_of.__getitem__, map(core_key, rows)))
+        core_cpus = tuple(tuple(sorted(layout.cpus_by_core[key])) for key in core_keys)
+        uncore_masks = {key: _mask(size, value) for key, value in layout.cpus_by_uncore.items()}
+        # Usually every core lies within one cache and a cache's cores are the cache itself.
+        cores_of_uncore = {
+            cache: tuple(sorted(set(map(core_of.__getitem__, members))))
+            for cache, members in layout.cpus_by_uncore.items()
+        }
         return cls(
             size=size,
             known=_mask(size, cpus),
             numa_masks={key: _mask(size, value) for key, value in layout.cpus_by_numa.items()},
             socket_masks={key: _mask(size, value) for key, value in layout.cpus_by_socket.items()},
-            uncore_masks={key: _mask(size, value) for key, value in layout.cpus_by_uncore.items()},
+            uncore_masks=uncore_masks,
             numa_of=_scattered(size, cpus, map(_NUMA, rows)),
             socket_of=_scattered(size, cpus, map(_SOCKET, rows)),
             uncore_of=_scattered(size, cpus, map(_UNCORE, rows)),
-            core_of=_scattered(size, cpus, map(ordinal_of.__getitem__, map(core_key, rows))),
+            core_of=core_of,
             core_keys=core_keys,
-            core_cpus=tuple(tuple(sorted(layout.cpus_by_core[key])) for key in core_keys),
+            core_cpus=core_cpus,
+            uncore_core_masks={
+                cache: _mask(size, (cpu for ordinal in ordinals for cpu in core_cpus[ordinal]))
+                if sum(len(core_cpus[ordinal]) for ordinal in ordinals) != len(layout.cpus_by_uncore[cache])
+                else uncore_masks[cache]
+                for cache, ordinals in cores_of_uncore.items()
+            },
             smallest_numa=min(map(len, layout.cpus_by_numa.values())),
             smallest_socket=min(map(len, layout.cpus_by_socket.values())),
             smallest_core=min(map(len, layout.cpus_by_core.values())),
