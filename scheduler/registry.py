@@ -195,7 +195,7 @@ def default_registry(*, with_entry_points: bool = False) -> Registry:
     registry.register_plugin(predicates.PLUGIN_NAME, predicates.build)
     registry.register_plugin(nodeorder.PLUGIN_NAME, nodeorder.build)
     registry.register_plugin(binpack.PLUGIN_NAME, binpack.build)
-    registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.build)
+    registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
     for name in ACCEPTED_NOOP_PLUGINS:
         registry.register_plugin(name, noop_builder(name, registry.noop_warnings))
     for action in (EnqueueAction(), AllocateAction(), BackfillAction()):

@@ -458,3 +458,16 @@ def test_scores_from_the_merged_hint_equal_scores_from_the_placement() -> None:
     assert len(set(spans.values())) > 1
     highest = max(spans.values())
     assert scores == {name: float(100 - 100 * span // highest) for name, span in spans.items()}
+
+
+def test_the_builder_keeps_providers_and_their_indexes_across_sessions() -> None:
+    from numasched.plugins.numaaware.plugin import NumaAwareBuilder
+    from numasched.scheduler.arguments import Arguments
+
+    builder = NumaAwareBuilder()
+    first = builder(Arguments({"weight": 10}))
+    second = builder(Arguments({"weight": 10}))
+    assert first is not second
+    assert all(a is b for a, b in zip(first.providers, second.providers, strict=True))
+    changed = builder(Arguments({"weight": 10, "devices": ["amd.com/gpu"]}))
+    assert all(a is not b for a, b in zip(first.providers, changed.providers, strict=True))

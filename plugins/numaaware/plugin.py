@@ -21,6 +21,7 @@ chosen node when the node is still as the predicate saw it, and places afresh ot
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -91,20 +92,32 @@ def normalized_scores(numa_counts: Mapping[str, int], weight: int) -> dict[str, 
     return scores
 
 
+def provider_arguments_of(arguments: Arguments) -> dict[str, Any]:
+    """The arguments the provider factories see: the plugin's, with `devices` under the device
+    provider's own name."""
+    provider_arguments: dict[str, Any] = dict(arguments)
+    if ARG_DEVICES in arguments:
+        provider_arguments[ARG_DEVICE_RESOURCES] = arguments.get_list(ARG_DEVICES, [])
+    return provider_arguments
+
+
+def builtin_providers(provider_arguments: Mapping[str, Any]) -> list[HintProvider]:
+    return [
+        cpu_provider_factory(provider_arguments),
+        device_provider_factory(provider_arguments),
+        memory_provider_factory(provider_arguments),
+    ]
+
+
 class NumaAwarePlugin:
-    def __init__(self, arguments: Arguments) -> None:
+    def __init__(self, arguments: Arguments, providers: Sequence[HintProvider] | None = None) -> None:
         self.arguments = arguments
         self.weight = arguments.get_int(ARG_WEIGHT, 1)
         self.extra_provider_names = arguments.get_list(ARG_HINT_PROVIDERS, [])
-        provider_arguments: dict[str, Any] = dict(arguments)
-        if ARG_DEVICES in arguments:
-            provider_arguments[ARG_DEVICE_RESOURCES] = arguments.get_list(ARG_DEVICES, [])
-        self.provider_arguments = provider_arguments
-        self.providers: list[HintProvider] = [
-            cpu_provider_factory(provider_arguments),
-            device_provider_factory(provider_arguments),
-            memory_provider_factory(provider_arguments),
-        ]
+        self.provider_arguments = provider_arguments_of(arguments)
+        self.providers: list[HintProvider] = (
+            list(providers) if providers is not None else builtin_providers(self.provider_arguments)
+        )
         # The task being decided and its admission per node name, for scoring and on_allocate.
         self._task_uid = ""
         self._decided: dict[str, _Decision] = {}
@@ -360,3 +373,21 @@ class _Decision:
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
     return NumaAwarePlugin(arguments)
+
+
+class NumaAwareBuilder:
+    """Builds the plugin every session (as Volcano does) but keeps the built-in providers, and so
+    their per-topology indexes, for as long as the arguments stay the same: a node's CPU layout
+    and device tables are then derived once, not once per session."""
+
+    def __init__(self) -> None:
+        self._key = ""
+        self._providers: list[HintProvider] = []
+
+    def __call__(self, arguments: Arguments) -> NumaAwarePlugin:
+        provider_arguments = provider_arguments_of(arguments)
+        key = json.dumps(provider_arguments, sort_keys=True, default=repr)
+        if key != self._key or not self._providers:
+            self._key = key
+            self._providers = builtin_providers(provider_arguments)
+        return NumaAwarePlugin(arguments, self._providers)
