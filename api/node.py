@@ -26,8 +26,11 @@ class NumaUsage:
     cpus: IdSet = attrs.field(factory=IdSet)
     devices: dict[str, frozenset[str]] = attrs.field(factory=dict)
     memory: dict[str, dict[int, int]] = attrs.field(factory=dict)
+    # Bumped on every change, so what was derived from this usage can tell it is stale.
+    version: int = 0
 
     def add(self, allocation: PodAllocation) -> None:
+        self.version += 1
         self.cpus = self.cpus | allocation.cpus()
         for container in allocation.containers:
             for resource, ids in container.devices.items():
@@ -38,6 +41,7 @@ class NumaUsage:
                     used[numa] = used.get(numa, 0) + size
 
     def remove(self, allocation: PodAllocation) -> None:
+        self.version += 1
         self.cpus = self.cpus - allocation.cpus()
         for container in allocation.containers:
             for resource, ids in container.devices.items():
@@ -52,6 +56,7 @@ class NumaUsage:
             self.cpus,
             dict(self.devices),
             {resource: dict(per_numa) for resource, per_numa in self.memory.items()},
+            self.version,
         )
 
 

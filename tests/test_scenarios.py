@@ -261,3 +261,24 @@ def test_between_admitting_nodes_the_better_linked_gpu_set_wins() -> None:
     node, allocation = placed(cluster, "pair")
     assert node == "node-b"
     assert allocation is not None and allocation.devices("nvidia.com/gpu") == {"2", "3"}
+
+
+def test_replicas_of_one_shape_see_what_the_previous_replica_took() -> None:
+    # 38 + 40 free CPUs on two NUMA nodes: two 24-CPU replicas fit, one per NUMA node; the third,
+    # identical in shape, still fits by count (30 free) but on no single NUMA node, and must not
+    # reuse an earlier replica's admission of the node.
+    cluster = cluster_of(
+        [("dgx", "dgx1-v100", TopologyPolicy.SINGLE_NUMA_NODE)],
+        [pod(f"r-{i}", cpu=24) for i in range(3)],
+    )
+    registry = default_registry()
+    config = load_config_text(CONFIG, "test", registry.known_plugin_names(), registry.known_action_names())
+    anyio.run(lambda: schedule_cycle(cluster.cache, config, registry, cluster, cluster))
+    numa = []
+    for name in ("r-0", "r-1"):
+        node, allocation = placed(cluster, name)
+        assert node == "dgx" and allocation is not None and len(allocation.cpus()) == 24
+        numa.append(allocation.numa().ids())
+    assert sorted(numa) == [[0], [1]]
+    assert placed(cluster, "r-2") == ("", None)
+    assert "cpu 24 cannot be aligned on 1 NUMA node" in reason(cluster, "r-2")

@@ -22,13 +22,14 @@ chosen node when the node is still as the predicate saw it, and places afresh ot
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import structlog
 
 from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo
 from numasched.api.topology import NumaTopology, TopologyPolicy
 from numasched.plugins.numaaware.admission import Admission, Placement, admit_pod, allocate_admitted, place_pod
@@ -92,6 +93,19 @@ def normalized_scores(numa_counts: Mapping[str, int], weight: int) -> dict[str, 
     return scores
 
 
+def task_shape(task: TaskInfo) -> Hashable:
+    """What numa-aware admission reads of a pod: QoS, and per container its name, kind and
+    requests and limits. Two pods of one shape are admitted alike on a node in one state."""
+
+    def amounts(resource: Resource) -> tuple[Any, ...]:
+        return (resource.milli_cpu, resource.memory, tuple(sorted(resource.scalars.items())))
+
+    return (
+        task.qos,
+        tuple((c.name, c.init, c.sidecar, amounts(c.requests), amounts(c.limits)) for c in task.containers),
+    )
+
+
 def provider_arguments_of(arguments: Arguments) -> dict[str, Any]:
     """The arguments the provider factories see: the plugin's, with `devices` under the device
     provider's own name."""
@@ -118,6 +132,9 @@ class NumaAwarePlugin:
         self.providers: list[HintProvider] = (
             list(providers) if providers is not None else builtin_providers(self.provider_arguments)
         )
+        # Per node: the numa_usage version and topology it was computed for, and the admission of
+        # each pod shape seen there this session.
+        self._admissions: dict[str, tuple[int, NumaTopology, dict[Hashable, tuple[Any, FreeResources]]]] = {}
         # The task being decided and its admission per node name, for scoring and on_allocate.
         self._task_uid = ""
         self._decided: dict[str, _Decision] = {}
@@ -137,6 +154,7 @@ class NumaAwarePlugin:
 
     def on_session_close(self, ssn: Session) -> None:
         self._decided.clear()
+        self._admissions.clear()
         self._task_uid = ""
 
     def _extra_providers(self, ssn: Session) -> list[HintProvider]:
@@ -228,10 +246,28 @@ class NumaAwarePlugin:
             return policy
         topology = node.topology
         assert topology is not None
-        free = free_resources(node)
-        outcome = admit_pod(task, topology, free, self.providers, policy)
-        if isinstance(outcome, Placement) and not outcome.admitted:
-            return Status.unschedulable(f"node {node.name}: {outcome.reason}", PLUGIN_NAME)
+        # Admission depends only on the node's topology and what is pinned there (numa_usage) and on
+        # the pod's shape: pods of one shape (the replicas of a job) reuse it while the node is as
+        # it was, which in a burst is nearly every node.
+        known = self._admissions.get(node.name)
+        if known is None or known[0] != node.numa_usage.version or known[1] is not topology:
+            known = (node.numa_usage.version, topology, {})
+            self._admissions[node.name] = known
+        shape = (policy, task_shape(task))
+        cached = known[2].get(shape)
+        if cached is None:
+            free = free_resources(node)
+            placed = admit_pod(task, topology, free, self.providers, policy)
+            if isinstance(placed, Placement) and not placed.admitted:
+                refusal = Status.unschedulable(f"node {node.name}: {placed.reason}", PLUGIN_NAME)
+                cached = (refusal, free)
+            else:
+                cached = (placed, free)
+            if task.key not in str(cached[0]):
+                known[2][shape] = cached
+        outcome, free = cached
+        if isinstance(outcome, Status):
+            return outcome
         self._remember(task, node.name, _Decision(outcome, free, topology, policy))
         return outcome
 
