@@ -2,8 +2,7 @@
 per-topology indexes the CPU and device providers keep.
 
 The exhaustive walk (policy._merge_exhaustive) is the kubelet's algorithm as written; merge must
-return the same hint and admit flag for every input, policy and option, and merge_admits must
-agree with merge's admit flag.
+return the same hint and admit flag for every input, policy and option.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import CpuInfo, DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
-from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge, merge_admits
+from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge
 from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hints
 from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hints
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
@@ -55,9 +54,6 @@ def test_fast_merge_equals_exhaustive_walk(
     expected = _merge_exhaustive(policy, providers_hints, numa_ids, prefer_closest=prefer_closest, distances=table)
     actual = merge(policy, providers_hints, numa_ids, prefer_closest=prefer_closest, distances=table)
     assert actual == expected
-    assert (
-        merge_admits(policy, providers_hints, numa_ids, prefer_closest=prefer_closest, distances=table) is (expected[1])
-    )
 
 
 @st.composite
@@ -83,7 +79,6 @@ def test_merger_fast_fold_equals_walk(
     }
     merger = HintMerger.create(default, lists, prefer_closest=prefer_closest, distances=distances)
     assert merger.merge() == merger.merge_exhaustive()
-    assert merger.has_preferred() is merger.merge_exhaustive().preferred
 
 
 def test_eight_numa_full_cross_product_is_not_walked() -> None:
@@ -101,8 +96,7 @@ def test_eight_numa_full_cross_product_is_not_walked() -> None:
     best, admit = merge(TopologyPolicy.BEST_EFFORT, none_preferred, numa_ids)
     # Target width 2 (the gpu list's narrowest); {6,7} is reachable only by non-preferred hints.
     assert (best, admit) == (TopologyHint(NumaMask.of(6, 7), False), True)
-    assert merge_admits(TopologyPolicy.RESTRICTED, none_preferred, numa_ids) is False
-    assert merge_admits(TopologyPolicy.BEST_EFFORT, none_preferred, numa_ids) is True
+    assert merge(TopologyPolicy.RESTRICTED, none_preferred, numa_ids)[1] is False
 
 
 # -- per-topology indexes ---------------------------------------------------------------------------

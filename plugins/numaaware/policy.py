@@ -317,11 +317,6 @@ class HintMerger:
             band, width = 2, count
         return (band, width, self.closeness(bits), bits)
 
-    def has_preferred(self) -> bool:
-        if any(not hints for hints in self.hint_lists):
-            return False
-        return bool(self.preferred_candidate_bits())
-
 
 def merge(
     policy: TopologyPolicy | str,
@@ -338,26 +333,6 @@ def merge(
     under single-numa-node); distances: NUMA distances as the kernel reports them.
     """
     return _merge_with(HintMerger.merge, policy, providers_hints, numa_nodes, prefer_closest, distances)
-
-
-def merge_admits(
-    policy: TopologyPolicy | str,
-    providers_hints: Sequence[ResourceHints | None],
-    numa_nodes: Iterable[int],
-    *,
-    prefer_closest: bool = False,
-    distances: Distances | None = None,
-) -> bool:
-    """merge(...)[1] without choosing the hint: restricted and single-numa-node admit exactly
-    when some combination merges to a preferred hint; none and best-effort admit everything."""
-    del prefer_closest, distances  # the order among hints does not change whether one is preferred
-    chosen = policy if isinstance(policy, TopologyPolicy) else parse_policy(policy)
-    if chosen in (TopologyPolicy.NONE, TopologyPolicy.BEST_EFFORT):
-        return True
-    hint_lists = expand_provider_hints(providers_hints)
-    if chosen is TopologyPolicy.SINGLE_NUMA_NODE:
-        hint_lists = filter_single_numa_hints(hint_lists)
-    return HintMerger.create(NumaMask.from_ids(numa_nodes), hint_lists).has_preferred()
 
 
 def _merge_exhaustive(
