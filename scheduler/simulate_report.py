@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -166,7 +167,9 @@ def _render_table(report: SimulationReport) -> str:
     from rich.table import Table
 
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, force_terminal=False, color_system=None)
+    # As wide as the terminal running us (160 columns when output goes to a file or pipe).
+    width = max(100, shutil.get_terminal_size((160, 24)).columns)
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
     placed = Table(title="Placements", title_justify="left", show_lines=False)
     for column in ("POD", "JOB", "NODE", "NUMA", "CPUS", "DEVICES"):
         placed.add_column(column, overflow="fold")
