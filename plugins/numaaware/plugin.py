@@ -21,6 +21,7 @@ chosen node when the node is still as the predicate saw it, and places afresh ot
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo
@@ -39,6 +41,7 @@ from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory
 from numasched.plugins.numaaware.providers.device import ARG_DEVICE_RESOURCES, device_provider_factory
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
+from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 from numasched.scheduler.arguments import Arguments
 from numasched.scheduler.status import SUCCESS, Status, StatusCode
 
@@ -106,6 +109,44 @@ def task_shape(task: TaskInfo) -> Hashable:
     )
 
 
+def _content(value: Any) -> Hashable:
+    """A hashable value equal for equal content: attrs objects by class and fields, mappings and
+    sequences in their order (an order that differs may change what admission iterates first,
+    so it makes a different fingerprint)."""
+    if value is None or isinstance(value, (str, int, float, enum.Enum, IdSet)):
+        return value
+    if attrs.has(type(value)):
+        fields = attrs.fields(type(value))
+        return (type(value).__qualname__, *(_content(getattr(value, field.name)) for field in fields))
+    if isinstance(value, Mapping):
+        return ("map", *((_content(key), _content(item)) for key, item in value.items()))
+    if isinstance(value, (frozenset, set)):
+        return frozenset(_content(item) for item in value)
+    if isinstance(value, (tuple, list)):
+        return ("seq", *(_content(item) for item in value))
+    if isinstance(value, Hashable):
+        return (type(value).__qualname__, value)
+    raise TypeError(f"topology value of type {type(value).__qualname__} has no content fingerprint")
+
+
+def topology_fingerprint(topology: NumaTopology) -> Hashable:
+    """Every field of the topology but the node's name: two nodes with equal fingerprints and
+    equal free resources admit a pod alike, with the same ids."""
+    return tuple(
+        _content(getattr(topology, field.name)) for field in attrs.fields(NumaTopology) if field.name != "node_name"
+    )
+
+
+def free_key(free: FreeResources) -> Hashable:
+    """FreeResources as a hashable value, equal exactly when the snapshots are equal."""
+    return (
+        free.cpus,
+        tuple((resource, ids) for resource, ids in free.devices.items()),
+        tuple((resource, tuple(per_numa.items())) for resource, per_numa in free.memory.items()),
+        free.memory_groups,
+    )
+
+
 def provider_arguments_of(arguments: Arguments) -> dict[str, Any]:
     """The arguments the provider factories see: the plugin's, with `devices` under the device
     provider's own name."""
@@ -124,7 +165,12 @@ def builtin_providers(provider_arguments: Mapping[str, Any]) -> list[HintProvide
 
 
 class NumaAwarePlugin:
-    def __init__(self, arguments: Arguments, providers: Sequence[HintProvider] | None = None) -> None:
+    def __init__(
+        self,
+        arguments: Arguments,
+        providers: Sequence[HintProvider] | None = None,
+        fingerprints: TopologyMemo[TopologyFingerprint] | None = None,
+    ) -> None:
         self.arguments = arguments
         self.weight = arguments.get_int(ARG_WEIGHT, 1)
         self.extra_provider_names = arguments.get_list(ARG_HINT_PROVIDERS, [])
@@ -132,9 +178,17 @@ class NumaAwarePlugin:
         self.providers: list[HintProvider] = (
             list(providers) if providers is not None else builtin_providers(self.provider_arguments)
         )
-        # Per node: the numa_usage version and topology it was computed for, and the admission of
-        # each pod shape seen there this session.
-        self._admissions: dict[str, tuple[int, NumaTopology, dict[Hashable, tuple[Any, FreeResources]]]] = {}
+        self.fingerprints = fingerprints if fingerprints is not None else TopologyMemo(TopologyFingerprint.of)
+        # Per node: its state as admission reads it (numa_usage version, topology, free resources,
+        # equivalence class) and the admission of each pod shape seen there this session.
+        self._admissions: dict[str, _NodeState] = {}
+        # This session's equivalence classes: nodes of equal topology content and equal free
+        # resources share one, and the admissions computed on any of them.
+        self._classes: dict[tuple[int, Hashable], int] = {}
+        self._fingerprint_ids: dict[TopologyFingerprint, int] = {}
+        self._equivalent: dict[tuple[int, Hashable], _Shared] = {}
+        # The ids chosen for an Admission, per class and shape: valid on any node of the class.
+        self._completed: dict[tuple[int, Hashable], Placement] = {}
         # The task being decided and its admission per node name, for scoring and on_allocate.
         self._task_uid = ""
         self._decided: dict[str, _Decision] = {}
@@ -155,6 +209,10 @@ class NumaAwarePlugin:
     def on_session_close(self, ssn: Session) -> None:
         self._decided.clear()
         self._admissions.clear()
+        self._classes.clear()
+        self._fingerprint_ids.clear()
+        self._equivalent.clear()
+        self._completed.clear()
         self._task_uid = ""
 
     def _extra_providers(self, ssn: Session) -> list[HintProvider]:
@@ -246,30 +304,67 @@ class NumaAwarePlugin:
             return policy
         topology = node.topology
         assert topology is not None
-        # Admission depends only on the node's topology and what is pinned there (numa_usage) and on
-        # the pod's shape: pods of one shape (the replicas of a job) reuse it while the node is as
-        # it was, which in a burst is nearly every node.
-        known = self._admissions.get(node.name)
-        if known is None or known[0] != node.numa_usage.version or known[1] is not topology:
-            known = (node.numa_usage.version, topology, {})
-            self._admissions[node.name] = known
+        state = self._node_state(node, topology)
         shape = (policy, task_shape(task))
-        cached = known[2].get(shape)
-        if cached is None:
-            free = free_resources(node)
-            placed = admit_pod(task, topology, free, self.providers, policy)
-            if isinstance(placed, Placement) and not placed.admitted:
-                refusal = Status.unschedulable(f"node {node.name}: {placed.reason}", PLUGIN_NAME)
-                cached = (refusal, free)
-            else:
-                cached = (placed, free)
-            if task.key not in str(cached[0]):
-                known[2][shape] = cached
-        outcome, free = cached
+        outcome = state.outcomes.get(shape)
+        if outcome is None:
+            outcome = self._equivalent_outcome(task, node, topology, state, shape, policy)
         if isinstance(outcome, Status):
             return outcome
-        self._remember(task, node.name, _Decision(outcome, free, topology, policy))
+        self._remember(task, node.name, _Decision(outcome, state.free, topology, policy, (state.class_id, shape)))
         return outcome
+
+    def _node_state(self, node: NodeInfo, topology: NumaTopology) -> _NodeState:
+        """Admission depends only on the node's topology content and what is pinned there
+        (numa_usage) and on the pod's shape: pods of one shape (the replicas of a job) reuse it
+        while the node is as it was, and nodes alike share it."""
+        state = self._admissions.get(node.name)
+        if state is not None and state.version == node.numa_usage.version and state.topology is topology:
+            return state
+        free = free_resources(node)
+        fingerprint = self.fingerprints.get(topology)
+        fingerprint_id = self._fingerprint_ids.setdefault(fingerprint, len(self._fingerprint_ids))
+        class_id = self._classes.setdefault((fingerprint_id, free_key(free)), len(self._classes))
+        state = _NodeState(node.numa_usage.version, topology, free, class_id)
+        self._admissions[node.name] = state
+        return state
+
+    def _equivalent_outcome(
+        self,
+        task: TaskInfo,
+        node: NodeInfo,
+        topology: NumaTopology,
+        state: _NodeState,
+        shape: Hashable,
+        policy: TopologyPolicy,
+    ) -> Placement | Admission | Status:
+        """The admission of a node alike (same class), else computed here. A refusal is shared
+        as its reason without the "node <name>: " prefix, and only when that reason names neither
+        this node nor (unless it is the same pod) the pod; everything else is kept to this node."""
+        key = (state.class_id, shape)
+        shared = self._equivalent.get(key)
+        if shared is not None and (shared.pod is None or shared.pod == task.key):
+            outcome: Placement | Admission | Status
+            if isinstance(shared.outcome, str):
+                outcome = Status.unschedulable(f"node {node.name}: {shared.outcome}", PLUGIN_NAME)
+            else:
+                outcome = shared.outcome
+            if shared.pod is None:
+                state.outcomes[shape] = outcome
+            return outcome
+        placed = admit_pod(task, topology, state.free, self.providers, policy)
+        if isinstance(placed, Placement) and not placed.admitted:
+            reason = placed.reason
+            names_pod = task.key in reason
+            if node.name not in reason and topology.node_name not in reason:
+                self._equivalent[key] = _Shared(reason, task.key if names_pod else None)
+            refusal = Status.unschedulable(f"node {node.name}: {reason}", PLUGIN_NAME)
+            if not names_pod:
+                state.outcomes[shape] = refusal
+            return refusal
+        self._equivalent[key] = _Shared(placed, None)
+        state.outcomes[shape] = placed
+        return placed
 
     def _remember(self, task: TaskInfo, node_name: str, decision: _Decision) -> None:
         if task.uid != self._task_uid:
@@ -382,9 +477,14 @@ class NumaAwarePlugin:
         if isinstance(decision.outcome, Placement):
             return decision.outcome
         assert topology is not None
+        # Allocations are topology-relative: a node alike, as free, gets the same ids.
+        completed = self._completed.get(decision.equivalence)
+        if completed is not None:
+            return completed
         placement = allocate_admitted(task, decision.outcome, topology, free, self.providers, decision.policy)
         if not placement.admitted:
             return Status.unschedulable(f"node {node.name}: {placement.reason}", PLUGIN_NAME)
+        self._completed[decision.equivalence] = placement
         return placement
 
     def on_deallocate(self, event: Event) -> None:
@@ -397,6 +497,50 @@ class NumaAwarePlugin:
         self._decided.pop(node_name, None)
 
 
+class TopologyFingerprint:
+    """A topology's content but its node name (topology_fingerprint), hashed once: it is built
+    once per topology object (TopologyMemo) and then only compared."""
+
+    __slots__ = ("_hash", "content")
+
+    def __init__(self, content: Hashable) -> None:
+        self.content = content
+        self._hash = hash(content)
+
+    @classmethod
+    def of(cls, topology: NumaTopology) -> TopologyFingerprint:
+        return cls(topology_fingerprint(topology))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TopologyFingerprint):
+            return NotImplemented
+        return self is other or (self._hash == other._hash and self.content == other.content)
+
+
+@attrs.define(slots=True)
+class _NodeState:
+    """A node as admission reads it, for one numa_usage version and topology object."""
+
+    version: int
+    topology: NumaTopology
+    free: FreeResources
+    # Nodes of equal topology content and free resources share a class within the session.
+    class_id: int
+    outcomes: dict[Hashable, Placement | Admission | Status] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
+class _Shared:
+    """An admission shared by the nodes of one class: the outcome, or a refusal's reason without
+    its node prefix; pod is the pod key the reason names, None when it names none."""
+
+    outcome: Placement | Admission | str
+    pod: str | None
+
+
 @attrs.frozen(slots=True)
 class _Decision:
     """A task's admission on a node and what it was decided from."""
@@ -405,6 +549,8 @@ class _Decision:
     free: FreeResources
     topology: NumaTopology
     policy: TopologyPolicy
+    # The node's equivalence class and the pod's shape (with the policy) it was decided for.
+    equivalence: tuple[int, Hashable]
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
@@ -419,6 +565,7 @@ class NumaAwareBuilder:
     def __init__(self) -> None:
         self._key = ""
         self._providers: list[HintProvider] = []
+        self._fingerprints: TopologyMemo[TopologyFingerprint] = TopologyMemo(TopologyFingerprint.of)
 
     def __call__(self, arguments: Arguments) -> NumaAwarePlugin:
         provider_arguments = provider_arguments_of(arguments)
@@ -426,4 +573,4 @@ class NumaAwareBuilder:
         if key != self._key or not self._providers:
             self._key = key
             self._providers = builtin_providers(provider_arguments)
-        return NumaAwarePlugin(arguments, self._providers)
+        return NumaAwarePlugin(arguments, self._providers, self._fingerprints)
