@@ -113,7 +113,7 @@ def test_fingerprint_ignores_the_node_name_only() -> None:
     hash(topology_fingerprint(topology))
     first_link = next(iter(topology.links))
     group = topology.devices[GPU]
-    changed = {
+    changed: dict[str, Any] = {
         "numa_ids": topology.numa_ids[:1],
         "cpus": topology.cpus[:-1],
         "distances": {**topology.distances, 0: {**topology.distances[0], 1: 99}},
