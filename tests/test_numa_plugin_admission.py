@@ -18,6 +18,7 @@ from conftest import load_machine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from numasched.api.allocation import ContainerAllocation, PodAllocation
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
@@ -366,6 +367,9 @@ def test_fast_admission_allocates_only_on_the_chosen_node(monkeypatch: pytest.Mo
     calls = count_calls(monkeypatch)
     plugin = numa_plugin()
     nodes = cluster(4)
+    # One CPU pinned per node, each a different one, so no two nodes share an admission.
+    for index, node in enumerate(nodes):
+        node.numa_usage.add(PodAllocation((ContainerAllocation("pinned", IdSet([60 + index])),)))
     task = pod([container_object("main", "8", 16, 0, 0, guaranteed=True)])
     expected = plugin.place(task, nodes[0])
     assert isinstance(expected, Placement)
@@ -382,6 +386,9 @@ def test_device_pods_choose_sets_on_the_scored_nodes_and_reuse_them(monkeypatch:
     calls = count_calls(monkeypatch)
     plugin = numa_plugin()
     nodes = cluster(4)
+    # One CPU pinned per node, each a different one, so no two nodes share an admission.
+    for index, node in enumerate(nodes):
+        node.numa_usage.add(PodAllocation((ContainerAllocation("pinned", IdSet([60 + index])),)))
     task = pod([container_object("main", "8", 16, 2, 0, guaranteed=True)])
     expected = plugin.place(task, nodes[0])
     assert isinstance(expected, Placement)
