@@ -58,6 +58,9 @@ def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -
     """volcano.sh/topology-decision: per NUMA node, the CPUs (list format) and device ids there."""
     per_numa: dict[int, dict[str, list[str]]] = {}
     for container in allocation.containers:
+        # The NUMA nodes chosen are part of the decision even where no id was pinned there.
+        for numa_id in container.numa.ids() if container.numa is not None else ():
+            per_numa.setdefault(numa_id, {})
         for cpu in container.cpuset:
             info = topology.cpu_info.get(cpu) if topology is not None else None
             numa = info.numa if info is not None else -1

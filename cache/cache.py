@@ -82,11 +82,12 @@ class Cache:
         self._assumed: dict[str, _Assumption] = {}
         # Problems currently standing, by (kind, name): shown by simulate and cleared on a fix.
         self.problems: dict[tuple[str, str], str] = {}
+        self._handlers = self._handler_table()
 
     # ---- events -------------------------------------------------------------------------------
 
     def apply(self, event: ObjectEvent) -> None:
-        handler = self._handlers().get(event.kind)
+        handler = self._handlers.get(event.kind)
         if handler is None:
             self._problem(event.kind, object_name(event.obj), f"unknown kind {event.kind!r}; skipped")
             return
@@ -118,7 +119,7 @@ class Cache:
         for obj in fresh:
             self.apply(ObjectEvent(kind, EventType.MODIFIED, obj))
 
-    def _handlers(self) -> dict[str, Callable[[str, Mapping[str, Any] | None], None]]:
+    def _handler_table(self) -> dict[str, Callable[[str, Mapping[str, Any] | None], None]]:
         return {
             "Pod": self._on_pod,
             "Node": self._on_node,

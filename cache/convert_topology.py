@@ -273,7 +273,7 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
     annotations = metadata.get("annotations") or {}
     links: dict[tuple[DeviceKey, DeviceKey], DeviceLink] = {}
     device_text = annotations.get(DEVICE_TOPOLOGY_ANNOTATION) if isinstance(annotations, Mapping) else None
-    devices = _devices_without_annotation(spec, name, numa_ids)
+    devices: dict[str, DeviceGroup] | None = None
     if device_text:
         try:
             devices, links = _annotated_devices(str(device_text), name, numa_ids)
@@ -284,6 +284,8 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
                     f"annotation {DEVICE_TOPOLOGY_ANNOTATION}: {error}; "
                     "device choice on this node falls back to NUMA only"
                 )
+    if devices is None:
+        devices = _devices_without_annotation(spec, name, numa_ids)
     all_cpus = IdSet(info.cpu for info in cpus)
     return NumaTopology(
         node_name=name,

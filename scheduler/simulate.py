@@ -96,7 +96,6 @@ def _progress_bar(enabled: bool, total: int) -> Any:
         TimeElapsedColumn(),
         transient=True,
         disable=not enabled or not sys.stderr.isatty(),
-        console=None,
     )
 
 

@@ -273,7 +273,6 @@ def test_node_resource_topology_gives_counts_per_numa_node() -> None:
 def test_bindings_on_count_only_topologies_carry_numa_nodes_not_placeholder_ids() -> None:
     from numasched.api.node import NodeInfo
     from numasched.api.numamask import NumaMask
-    from numasched.api.task import TaskInfo
     from numasched.cache.binder import binding_annotations
     from numasched.cache.convert_topology import nrt_to_topology
 
@@ -284,7 +283,7 @@ def test_bindings_on_count_only_topologies_carry_numa_nodes_not_placeholder_ids(
     )
     annotations = binding_annotations(task, node)
     assert json.loads(annotations[ALLOCATION_ANNOTATION]) == {"containers": {"main": {"numa": [0]}}}
-    assert isinstance(task, TaskInfo)
+    assert json.loads(annotations["volcano.sh/topology-decision"]) == {"numa": {"0": {}}}
 
 
 @pytest.mark.parametrize(
