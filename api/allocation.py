@@ -63,6 +63,27 @@ class PodAllocation:
         )
 
 
+@attrs.frozen(slots=True)
+class ReportedAllocations:
+    """What a node's topology object says its pods hold (Volcano's spec.podAllocations list, our
+    numasched.io/pod-allocations annotation on the Numatopology).
+
+    allocations: the ids known per pod (CPUs from Volcano's cpuset values, devices from our
+    annotation), keyed by pod uid and by namespace/name; these win over our own ledger.
+    accounted: uid and namespace/name of every pod the report lists, ids known or not: the source's
+    availability (numares.<r>.allocatable) was computed with these pods' holdings already removed.
+    """
+
+    allocations: Mapping[str, PodAllocation] = attrs.field(factory=dict)
+    accounted: frozenset[str] = frozenset()
+
+    def for_pod(self, uid: str, key: str) -> PodAllocation | None:
+        return self.allocations.get(uid) or self.allocations.get(key)
+
+    def accounts_for(self, uid: str, key: str) -> bool:
+        return uid in self.accounted or key in self.accounted
+
+
 def allocation_to_json(allocation: PodAllocation) -> str:
     """The numasched.io/allocation annotation value (containers in pod order)."""
     return json.dumps(allocation_to_mapping(allocation), separators=(",", ":"))

@@ -149,6 +149,15 @@ class NumaTopology:
     # False when the source gives counts per NUMA node but not ids (NodeResourceTopology): CPU and
     # device ids are then placeholders, good for admission and scoring but not for the binding.
     cpu_ids_known: bool = True
+    # What the source says is free right now: Volcano's numares.<r>.allocatable (free ids, as
+    # Volcano's resource-exporter writes it) or a NodeResourceTopology zone's `available`. None /
+    # a resource absent from the dict: the source makes no such statement. An id outside a stated
+    # set is held by someone, perhaps a pod we do not know (docs/topology.md, the reading rule).
+    available_cpus: IdSet | None = None
+    available_devices: dict[str, frozenset[str]] = attrs.field(factory=dict)
+    # NodeResourceTopology's nodeTopologyPodsFingerprint attribute: the set of pods the published
+    # availability already reflects (k8stopologyawareschedwg/podfingerprint); None when absent.
+    pods_fingerprint: str | None = None
 
     @cached_property
     def cpu_info(self) -> dict[int, CpuInfo]:
