@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 import yaml
@@ -53,6 +53,19 @@ class ConfigError(ValueError):
         self.path = path
         self.detail = detail
         super().__init__(format_location(source, line, path) + detail)
+
+
+@runtime_checkable
+class PluginArgumentChecker(Protocol):
+    """known_plugins that can also judge a plugin's arguments (the registry's PluginCatalog).
+
+    Given as known_plugins, every configured plugin's arguments are checked while loading, so a
+    wrong argument refuses the configuration like any other error in it.
+    """
+
+    def plugin_argument_problem(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(argument key or "", what is wrong), or None when the plugin builds from these arguments."""
+        ...
 
 
 def format_location(source: str, line: int | None, path: str) -> str:
@@ -441,6 +454,34 @@ class _Reader:
                 f"unknown plugin{'s' if len(unknown) > 1 else ''} {names}; "
                 f"known plugins: {', '.join(sorted(known_plugins))}",
             )
+        if isinstance(known_plugins, PluginArgumentChecker):
+            self.check_plugin_arguments(tiers, known_plugins)
+
+    def check_plugin_arguments(
+        self, tiers: list[list[tuple[PluginOption, Node]]], checker: PluginArgumentChecker
+    ) -> None:
+        """Build-check every plugin's arguments; the first problem refuses the configuration."""
+        for tier_index, tier in enumerate(tiers):
+            for plugin_index, (option, node) in enumerate(tier):
+                problem = checker.plugin_argument_problem(option.name, option.arguments)
+                if problem is None:
+                    continue
+                key, detail = problem
+                path = f"tiers[{tier_index}].plugins[{plugin_index}].arguments"
+                where = self.argument_node(node, key)
+                raise self.error(where, f"{path}.{key}" if key else path, f"plugin {option.name}: {detail}")
+
+    def argument_node(self, plugin_node: Node, key: str) -> Node:
+        """The node of argument `key` in a plugin entry (for its line), else the closest enclosing one."""
+        if not isinstance(plugin_node, MappingNode):
+            return plugin_node
+        arguments = self.entries(plugin_node, "").get("arguments")
+        if arguments is None:
+            return plugin_node
+        if not isinstance(arguments[1], MappingNode):
+            return arguments[0]
+        argument = self.entries(arguments[1], "").get(key)
+        return arguments[0] if argument is None else argument[1]
 
     def read_configurations(self, node: Node, known_actions: Collection[str] | None) -> dict[str, dict[str, Any]]:
         sequence = self.sequence(node, "configurations", "a list of {name, arguments}")

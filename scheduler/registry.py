@@ -3,8 +3,9 @@ as Python entry points (never files imported from a path)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any, overload
 
 import structlog
 
@@ -20,7 +21,7 @@ from numasched.plugins.numaaware import plugin as numaaware_plugin
 from numasched.scheduler.actions.allocate import AllocateAction
 from numasched.scheduler.actions.backfill import BackfillAction
 from numasched.scheduler.actions.enqueue import EnqueueAction
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.plugin import Action, Plugin, PluginBuilder
 
 _log = structlog.get_logger(__name__)
@@ -58,6 +59,58 @@ class UnknownHintProviderError(UnknownNameError):
         super().__init__("hint provider", name, known)
 
 
+class PluginCatalog(Sequence[str]):
+    """The plugin names a registry knows (sorted), and the means to check a plugin's arguments.
+
+    The configuration loader takes this as its list of known plugins and, because it can check
+    arguments (numasched.conf.loader.PluginArgumentChecker), builds every configured plugin once
+    while loading: an argument of the wrong type then refuses the configuration, naming plugin
+    and argument, instead of failing every scheduling cycle later.
+    """
+
+    def __init__(self, builders: Mapping[str, PluginBuilder]) -> None:
+        self._builders = dict(builders)
+        self._names = sorted(self._builders)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self._names[index]
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._builders
+
+    def __repr__(self) -> str:
+        return f"PluginCatalog({self._names!r})"
+
+    def plugin_argument_problem(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(argument, what is wrong) when plugin `name` cannot be built from `arguments`, else None.
+
+        The argument is "" when the builder failed for a reason it did not tie to one argument.
+        Unknown names are the loader's business (it reports them with the known ones): None.
+        """
+        builder = self._builders.get(name)
+        if builder is None:
+            return None
+        try:
+            builder(Arguments(arguments, plugin=name))
+        except PluginArgumentError as error:
+            return error.key, error.detail
+        except Exception as error:  # any builder, third-party ones included: the configuration is refused
+            return "", f"cannot be built: {type(error).__name__}: {error}"
+        return None
+
+
 class Registry:
     def __init__(self) -> None:
         self._plugins: dict[str, PluginBuilder] = {}
@@ -88,7 +141,7 @@ class Registry:
     def plugin(self, name: str) -> PluginBuilder:
         builder = self._plugins.get(name)
         if builder is None:
-            raise UnknownPluginError(name, self.known_plugin_names())
+            raise UnknownPluginError(name, list(self.known_plugin_names()))
         return builder
 
     def build_plugin(self, name: str, arguments: Arguments | None = None) -> Plugin:
@@ -106,8 +159,9 @@ class Registry:
             raise UnknownHintProviderError(name, self.known_hint_provider_names())
         return factory
 
-    def known_plugin_names(self) -> list[str]:
-        return sorted(self._plugins)
+    def known_plugin_names(self) -> PluginCatalog:
+        """The plugin names, sorted; also checks a configured plugin's arguments (see PluginCatalog)."""
+        return PluginCatalog(self._plugins)
 
     def known_action_names(self) -> list[str]:
         return sorted(self._actions)
