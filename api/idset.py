@@ -5,12 +5,17 @@ Parsed from and printed as the Linux list format used by cpusets and sysfs: "0-3
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 from bitarray import frozenbitarray
 from bitarray.util import zeros
 
-_MAX_ID = 1 << 16
+# A set costs one bit per id up to its largest, so ids are bounded before anything is allocated:
+# an id of 2**40 in a topology object must be a cheap error, not a MemoryError.
+MAX_ID = (1 << 16) - 1
+# The Linux list grammar: ASCII digits only. int() alone would also take "٣", "3_0" and " 3".
+_NUMBER = re.compile(r"[0-9]{1,20}")
 
 
 class IdSetError(ValueError):
@@ -25,6 +30,8 @@ class IdSet:
     def __init__(self, ids: Iterable[int] = ()) -> None:
         id_list = list(ids)
         size = (max(id_list) + 1) if id_list else 0
+        if size > MAX_ID + 1:
+            raise IdSetError(f"id {size - 1} is too large (at most {MAX_ID})")
         bits = zeros(size)
         for value in id_list:
             if value < 0:
@@ -43,26 +50,29 @@ class IdSet:
         return result
 
     @classmethod
-    def parse(cls, text: str) -> IdSet:
-        """Parse the Linux list format; empty or whitespace text is the empty set."""
+    def parse(cls, text: str, max_id: int = MAX_ID) -> IdSet:
+        """Parse the Linux list format; empty or whitespace text is the empty set.
+
+        Every id must be at most max_id (checked before any memory is spent on the range).
+        """
         ids: list[int] = []
         stripped = text.strip()
         if not stripped:
             return cls()
+        limit = min(max_id, MAX_ID)
         for part in stripped.split(","):
             item = part.strip()
             if not item:
-                raise IdSetError(f"invalid list {text!r}: empty element")
+                raise IdSetError(f"invalid list {_shown(text)}: empty element")
             low_text, dash, high_text = item.partition("-")
-            try:
-                low = int(low_text)
-                high = int(high_text) if dash else low
-            except ValueError:
-                raise IdSetError(f"invalid list {text!r}: {item!r} is not a number or range") from None
-            if low < 0 or high < low:
-                raise IdSetError(f"invalid list {text!r}: bad range {item!r}")
-            if high >= _MAX_ID:
-                raise IdSetError(f"invalid list {text!r}: id {high} is too large")
+            if not _NUMBER.fullmatch(low_text) or (dash and not _NUMBER.fullmatch(high_text)):
+                raise IdSetError(f"invalid list {_shown(text)}: {_shown(item)} is not a number or range")
+            low = int(low_text)
+            high = int(high_text) if dash else low
+            if high < low:
+                raise IdSetError(f"invalid list {_shown(text)}: bad range {_shown(item)}")
+            if high > limit:
+                raise IdSetError(f"invalid list {_shown(text)}: id {high} is too large (at most {limit})")
             ids.extend(range(low, high + 1))
         return cls(ids)
 
@@ -136,3 +146,8 @@ class IdSet:
 
     def sorted(self) -> list[int]:
         return list(self)
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """text quoted for an error message, cut short: a bad list may be megabytes long."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
