@@ -20,6 +20,7 @@ from numasched.exporter.numatopology import (
     NUMATOPOLOGY_GROUP,
     NUMATOPOLOGY_PLURAL,
     NUMATOPOLOGY_VERSION,
+    POD_ALLOCATIONS_ANNOTATION,
 )
 from numasched.exporter.publisher import ObjectPublisher
 
@@ -83,9 +84,15 @@ async def test_create_skip_unchanged_and_retry_a_stale_put(tmp_path: Path) -> No
             stored = server.get(API_VERSION, "Numatopology", "node-a")
             assert stored is not None
             assert stored["spec"] == objects.numatopology["spec"]
-            assert stored["spec"]["podAllocations"] == {
+            # Volcano's list (CPUs as a cpuset) in spec; the ids per container in our annotation.
+            assert stored["spec"]["podAllocations"] == [
+                {"uid": "uid-1", "containerAllocations": [{"name": "main", "allocations": {"cpu": "2-3,42-43"}}]}
+            ]
+            assert json.loads(stored["metadata"]["annotations"][POD_ALLOCATIONS_ANNOTATION]) == {
                 "uid-1": {"uid": "uid-1", "containers": {"main": {"cpuset": "2-3,42-43", "numa": [0]}}}
             }
+            # The held CPUs are not free: numares.cpu.allocatable lists the free ones, as Volcano's does.
+            assert stored["spec"]["numares"]["cpu"] == {"allocatable": "0-1,4-41,44-79", "capacity": 80}
             # Unchanged: no request at all.
             assert not await publisher.publish(objects.numatopology)
             # Someone else writes (a label): our cached resourceVersion is now stale.
@@ -127,7 +134,15 @@ async def test_run_exporter_once_publishes_and_names_checkpoint_pods(tmp_path: P
         assert await run_exporter(args, nvml=gen_sysfs.FakeNvml(machine)) == 0
         stored = server.get(API_VERSION, "Numatopology", "node-a")
         assert stored is not None
-        assert list(stored["spec"]["podAllocations"]) == ["prod/db-0"]
+        assert stored["spec"]["podAllocations"] == [
+            {
+                "uid": pod["metadata"]["uid"],
+                "name": "db-0",
+                "namespace": "prod",
+                "containerAllocations": [{"name": "main", "allocations": {"cpu": "2-3"}}],
+            }
+        ]
+        assert list(json.loads(stored["metadata"]["annotations"][POD_ALLOCATIONS_ANNOTATION])) == ["prod/db-0"]
         nrt = server.get("topology.node.k8s.io/v1alpha2", "NodeResourceTopology", "node-a")
         assert nrt is not None
         zone0 = nrt["zones"][0]
