@@ -1,7 +1,17 @@
 """A node's accounting: allocatable, idle, used, releasing and pipelined resources, its tasks, and
-the CPUs, devices and per-NUMA memory already assigned on it."""
+the CPUs, devices and per-NUMA memory already assigned on it.
+
+The reading rule for what is free (docs/topology.md): an id is available only if it exists in the
+node's topology, is healthy, lies in what the topology source states is available
+(NumaTopology.available_cpus / available_devices, when stated), and no pod holds it according to
+our ledger (NumaUsage: decision annotations, overridden by the node's reported allocations).
+Pods that hold pinned CPUs or devices whose ids no source gives are "unknown holders": their
+counts are kept apart (NodeInfo.unknown_holders), since they could sit on any id that looks free.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import attrs
 
@@ -60,6 +70,18 @@ class NumaUsage:
         )
 
 
+@attrs.frozen(slots=True)
+class UnknownHolder:
+    """A pod on the node that holds pinned CPUs or devices whose ids no source reports.
+
+    holdings: per resource ("cpu" or a device resource name), how many ids it holds that nobody
+    can name; they may be any of the ids that look free.
+    """
+
+    pod: str  # namespace/name, for messages
+    holdings: Mapping[str, int]
+
+
 @attrs.define(slots=True)
 class NodeInfo:
     name: str
@@ -79,6 +101,9 @@ class NodeInfo:
     # Why the topology object could not be used; the node then has no NUMA awareness.
     topology_error: str = ""
     numa_usage: NumaUsage = attrs.field(factory=NumaUsage)
+    # By task uid; a holder counts only while its task is on the node (tasks), so an eviction or a
+    # roll back that removes and re-adds the task keeps it.
+    unknown_holders: dict[str, UnknownHolder] = attrs.field(factory=dict)
 
     @classmethod
     def create(cls, name: str, allocatable: Resource, capacity: Resource | None = None) -> NodeInfo:
@@ -94,19 +119,51 @@ class NodeInfo:
         return self.idle.clone().add(self.releasing).sub(self.pipelined)
 
     def free_cpus(self) -> IdSet:
-        """CPUs the static CPU manager could still hand out exclusively."""
-        if self.topology is None:
+        """CPUs the static CPU manager could still hand out exclusively: not reserved, stated
+        available by the source when it says, and held by no pod of our ledger."""
+        topology = self.topology
+        if topology is None:
             return IdSet()
-        return self.topology.allocatable_cpus - self.numa_usage.cpus
+        cpus = topology.allocatable_cpus
+        if topology.available_cpus is not None:
+            cpus = cpus & topology.available_cpus
+        return cpus - self.numa_usage.cpus
 
     def free_devices(self, resource: str) -> tuple[str, ...]:
-        """Healthy, unassigned device ids of one resource, in the topology's order."""
-        if self.topology is None or resource not in self.topology.devices:
+        """Healthy device ids of one resource that the source states available (when it says)
+        and no pod of our ledger holds, in the topology's order."""
+        topology = self.topology
+        if topology is None or resource not in topology.devices:
             return ()
         used = self.numa_usage.devices.get(resource, frozenset())
+        available = topology.available_devices.get(resource)
         return tuple(
-            device.id for device in self.topology.devices[resource].devices if device.healthy and device.id not in used
+            device.id
+            for device in topology.devices[resource].devices
+            if device.healthy and device.id not in used and (available is None or device.id in available)
         )
+
+    def set_unknown_holder(self, task_uid: str, holder: UnknownHolder | None) -> None:
+        """Record (or, with None, forget) what a task holds whose ids nobody knows."""
+        if holder is None or not any(holder.holdings.values()):
+            if self.unknown_holders.pop(task_uid, None) is not None:
+                self.numa_usage.version += 1
+            return
+        self.unknown_holders[task_uid] = holder
+        self.numa_usage.version += 1
+
+    def unknown_holdings(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """Per resource: how many ids are held by pods whose ids are unknown, and those pods."""
+        result: dict[str, tuple[int, tuple[str, ...]]] = {}
+        for uid, holder in self.unknown_holders.items():
+            if uid not in self.tasks:
+                continue
+            for resource, count in holder.holdings.items():
+                if count <= 0:
+                    continue
+                total, pods = result.get(resource, (0, ()))
+                result[resource] = (total + count, (*pods, holder.pod))
+        return result
 
     def add_task(self, task: TaskInfo) -> None:
         """Account a task on this node (Volcano's NodeInfo.AddTask)."""
@@ -122,6 +179,8 @@ class NodeInfo:
         self.used.add(task.resreq)
         if task.allocation is not None:
             self.numa_usage.add(task.allocation)
+        if task.uid in self.unknown_holders:
+            self.numa_usage.version += 1
         self.tasks[task.uid] = task
 
     def remove_task(self, task: TaskInfo) -> None:
@@ -138,6 +197,8 @@ class NodeInfo:
         self.used.sub(stored.resreq)
         if stored.allocation is not None:
             self.numa_usage.remove(stored.allocation)
+        if stored.uid in self.unknown_holders:
+            self.numa_usage.version += 1
 
     def update_task(self, task: TaskInfo) -> None:
         self.remove_task(task)
@@ -164,4 +225,5 @@ class NodeInfo:
             topology=self.topology,
             topology_error=self.topology_error,
             numa_usage=self.numa_usage.clone(),
+            unknown_holders=dict(self.unknown_holders),
         )

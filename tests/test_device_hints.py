@@ -21,6 +21,7 @@ from numasched.plugins.numaaware.providers.device import (
     device_provider_factory,
 )
 from numasched.plugins.numaaware.providers.device_sets import NicAlignment
+from numasched.scheduler.arguments import PluginArgumentError
 
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
 GPU = "nvidia.com/gpu"
@@ -167,7 +168,7 @@ def test_provider_allocates_inside_the_best_hint() -> None:
     assert provider.allocate(request(nvidia_com__gpu=2), hint(1, preferred=True), PCIE, free) == {GPU: ids(4, 5)}
 
 
-def test_factory_reads_plugin_arguments_and_falls_back_on_bad_values() -> None:
+def test_factory_reads_plugin_arguments_and_refuses_bad_values() -> None:
     provider = device_provider_factory(
         {"device-resources": "nvidia.com/gpu, amd.com/gpu", "nic-resources": ["rdma/hca"], "nic-alignment": "Required"}
     )
@@ -175,7 +176,9 @@ def test_factory_reads_plugin_arguments_and_falls_back_on_bad_values() -> None:
     assert provider.nic_resources == {"rdma/hca"}
     assert provider.nic_alignment is NicAlignment.REQUIRED
     assert provider.resources == {GPU, "amd.com/gpu", "rdma/hca"}
-    fallback = device_provider_factory({"nic-alignment": "sometimes", "device-resources": 7})
-    assert fallback.nic_alignment is NicAlignment.PREFERRED
-    assert GPU in fallback.accelerator_resources
-    assert fallback.name == "device"
+    assert device_provider_factory({}).name == "device"
+    assert GPU in device_provider_factory({}).accelerator_resources
+    with pytest.raises(PluginArgumentError, match="plugin numa-aware: argument nic-alignment: expected one of"):
+        device_provider_factory({"nic-alignment": "sometimes"})
+    with pytest.raises(PluginArgumentError, match=r"plugin numa-aware: argument device-resources: .* got 7"):
+        device_provider_factory({"device-resources": 7})

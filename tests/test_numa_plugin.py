@@ -143,11 +143,12 @@ def test_pod_policy_stricter_than_node_is_enforced() -> None:
 
 
 def test_node_without_topology_passes_unless_pod_demands_a_policy() -> None:
-    assert plugin().predicate(task(("a", 1, 0)), node(None)).passed
+    allowing = NumaAwarePlugin(Arguments({"unknown-topology": "allow"}, plugin="numa-aware"))
+    assert allowing.predicate(task(("a", 1, 0)), node(None)).passed
     demanding = task(("a", 1, 0), annotations={POLICY_ANNOTATION: "restricted"})
-    status = plugin().predicate(demanding, node(None))
+    status = allowing.predicate(demanding, node(None))
     assert status.code is StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert "reports no NUMA topology" in status.reason
+    assert status.reason == "node n1 has no usable NUMA topology (missing); pod asks for restricted"
 
 
 def test_too_many_numa_nodes_for_the_kubelet() -> None:

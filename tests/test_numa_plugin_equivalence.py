@@ -125,6 +125,9 @@ def test_fingerprint_ignores_the_node_name_only() -> None:
         "reserved_cpus": IdSet([0, 1, 2, 3]),
         "policies": attrs.evolve(topology.policies, cpu_manager_options={"full-pcpus-only": "true"}),
         "cpu_ids_known": False,
+        "available_cpus": IdSet([4, 5]),
+        "available_devices": {GPU: frozenset({group.devices[0].id})},
+        "pods_fingerprint": "pfp0v001aaaaaaaaaaaaaaaa",
     }
     fields = {field.name for field in attrs.fields(NumaTopology)} - {"node_name"}
     assert set(changed) == fields

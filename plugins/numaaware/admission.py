@@ -115,7 +115,9 @@ def _union(first: FreeResources, second: FreeResources) -> FreeResources:
             target = memory.setdefault(resource, {})
             for numa, size in per_numa.items():
                 target[numa] = target.get(numa, 0) + size
-    return FreeResources(first.cpus | second.cpus, devices, memory, first.memory_groups)
+    return FreeResources(
+        first.cpus | second.cpus, devices, memory, first.memory_groups, first.unknown, first.unknown_pods
+    )
 
 
 def _take(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
@@ -133,7 +135,7 @@ def _take(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResource
             per_numa = memory.setdefault(resource, {})
             for numa, size in value.items():
                 per_numa[numa] = max(0, per_numa.get(numa, 0) - size)
-    return FreeResources(cpus, devices, memory, pool.memory_groups)
+    return FreeResources(cpus, devices, memory, pool.memory_groups, pool.unknown, pool.unknown_pods)
 
 
 def _add(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
@@ -221,6 +223,18 @@ def rejection_reason(
     )
 
 
+def unknown_holdings_note(resources: Sequence[str], free: FreeResources) -> str:
+    """ "; 4 nvidia.com/gpu held by pods whose ids are unknown (ns/a, ns/b)" for the resources of a
+    message that have such holdings, else ""."""
+    notes = [
+        f"{free.unknown_count(resource)} {resource} held by pods whose ids are unknown "
+        f"({', '.join(free.unknown_pods.get(resource, ()))})"
+        for resource in resources
+        if free.unknown_count(resource) > 0
+    ]
+    return f"; {'; '.join(notes)}, so any free id may be one of theirs" if notes else ""
+
+
 def _with_free(message: str, resources: Sequence[str], topology: NumaTopology, free: FreeResources) -> str:
     parts: list[str] = []
     for resource in resources:
@@ -228,7 +242,10 @@ def _with_free(message: str, resources: Sequence[str], topology: NumaTopology, f
         if per_numa:
             text = ", ".join(f"{numa}->{value}" for numa, value in per_numa.items())
             parts.append(text if len(resources) == 1 else f"{resource} {text}")
-    return f"{message} (free per NUMA: {'; '.join(parts)})" if parts else message
+    unknown = unknown_holdings_note(resources, free)
+    if not parts:
+        return f"{message} ({unknown[2:]})" if unknown else message
+    return f"{message} (free per NUMA: {'; '.join(parts)}{unknown})"
 
 
 # -- the walk ---------------------------------------------------------------------------------------

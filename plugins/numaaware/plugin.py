@@ -5,7 +5,17 @@ Arguments (volcano-scheduler.conf):
   weight          multiplies the 0-100 NUMA score (default 1)
   devices         device resource names the device provider aligns (default: its own list)
   hint-providers  extra providers by name, from the numasched.hint_providers entry points
+  unknown-topology  refuse-pinned (default) | allow: whether pods that need exclusive CPUs or
+                  aligned devices may go to nodes whose topology is missing or was rejected
 Any other argument is handed to the provider factories (e.g. nic-resources, nic-alignment).
+An argument of the wrong type or value is a configuration error (PluginArgumentError), never a
+silent fallback to a default.
+
+Unknown holders (docs/topology.md): where pods hold CPUs or devices whose ids no source reports,
+the providers admit a request only if it fits however those holdings lie, and the ids the node's
+kubelet will choose for such a resource cannot be promised: the decision keeps the NUMA nodes but
+no ids for that resource, and the pod itself counts as a holder of unknown ids for the rest of
+the session (its annotation will say the same to the next cycle's cache).
 
 Pod annotation volcano.sh/numa-topology-policy asks for a policy; when it is stricter than the
 node's kubelet policy it is enforced here on the scheduler side.
@@ -29,16 +39,29 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+from numasched.api.allocation import PodAllocation
 from numasched.api.idset import IdSet
-from numasched.api.node import NodeInfo
+from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo
 from numasched.api.topology import NumaTopology, TopologyPolicy
-from numasched.plugins.numaaware.admission import Admission, Placement, admit_pod, allocate_admitted, place_pod
+from numasched.plugins.numaaware.admission import (
+    Admission,
+    Placement,
+    admit_pod,
+    allocate_admitted,
+    place_pod,
+    pod_request,
+)
 from numasched.plugins.numaaware.policy import PolicyError, check_numa_node_limit, parse_policy
 from numasched.plugins.numaaware.providers.base import FreeResources, HintProvider, free_resources
-from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory
-from numasched.plugins.numaaware.providers.device import ARG_DEVICE_RESOURCES, device_provider_factory
+from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory, guaranteed_cpus
+from numasched.plugins.numaaware.providers.device import (
+    ARG_DEVICE_RESOURCES,
+    DeviceProvider,
+    device_provider_factory,
+    requested_devices,
+)
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
@@ -53,11 +76,70 @@ POLICY_ANNOTATION = "volcano.sh/numa-topology-policy"
 ARG_WEIGHT = "weight"
 ARG_DEVICES = "devices"
 ARG_HINT_PROVIDERS = "hint-providers"
+ARG_UNKNOWN_TOPOLOGY = "unknown-topology"
 MAX_NODE_SCORE = 100
 # Link quality adds at most a quarter of the NUMA score's range.
 LINK_SCORE_SHARE = 4
 
 _log = structlog.get_logger(__name__)
+
+
+class UnknownTopology(enum.StrEnum):
+    """What to do with pods that need pinning on a node without usable topology."""
+
+    REFUSE_PINNED = "refuse-pinned"
+    ALLOW = "allow"
+
+
+def unknown_topology_choice(arguments: Arguments) -> UnknownTopology:
+    raw = arguments.get_str(ARG_UNKNOWN_TOPOLOGY, UnknownTopology.REFUSE_PINNED.value)
+    try:
+        return UnknownTopology(raw.strip().lower())
+    except ValueError:
+        choices = ", ".join(choice.value for choice in UnknownTopology)
+        raise arguments.invalid(ARG_UNKNOWN_TOPOLOGY, f"expected one of {choices}, got {raw!r}") from None
+
+
+def pinned_needs(task: TaskInfo, device_resources: frozenset[str]) -> str:
+    """What of the pod the kubelet would pin: "4 exclusive CPUs and 2 nvidia.com/gpu"; "" when
+    nothing (not Guaranteed with integer CPUs, and no aligned device asked for)."""
+    request = pod_request(task)
+    needs: list[str] = []
+    cpus = guaranteed_cpus(request)
+    if cpus:
+        needs.append(f"{cpus} exclusive CPUs")
+    for resource in sorted(device_resources):
+        count = requested_devices(request, resource)
+        if count:
+            needs.append(f"{count} {resource}")
+    return " and ".join(needs)
+
+
+def without_unknown_ids(
+    allocation: PodAllocation, unknown_resources: frozenset[str]
+) -> tuple[PodAllocation, dict[str, int]]:
+    """The allocation without the ids of resources that have unknown holders (the kubelet will
+    choose them; any id we named might be taken), and how many ids were left out per resource.
+    NUMA nodes stay: they are what was aligned."""
+    if not unknown_resources:
+        return allocation, {}
+    left_out: dict[str, int] = {}
+    containers = []
+    for container in allocation.containers:
+        cpuset = container.cpuset
+        if "cpu" in unknown_resources and cpuset:
+            left_out["cpu"] = left_out.get("cpu", 0) + len(cpuset)
+            cpuset = IdSet()
+        devices = {}
+        for resource, ids in container.devices.items():
+            if resource in unknown_resources:
+                left_out[resource] = left_out.get(resource, 0) + len(ids)
+            else:
+                devices[resource] = ids
+        containers.append(attrs.evolve(container, cpuset=cpuset, devices=devices))
+    if not left_out:
+        return allocation, {}
+    return PodAllocation(tuple(containers)), left_out
 
 
 def pod_policy(task: TaskInfo) -> TopologyPolicy | None:
@@ -173,7 +255,10 @@ class NumaAwarePlugin:
     ) -> None:
         self.arguments = arguments
         self.weight = arguments.get_int(ARG_WEIGHT, 1)
+        if self.weight < 0:
+            raise arguments.invalid(ARG_WEIGHT, f"expected a non-negative integer, got {self.weight}")
         self.extra_provider_names = arguments.get_list(ARG_HINT_PROVIDERS, [])
+        self.unknown_topology = unknown_topology_choice(arguments)
         self.provider_arguments = provider_arguments_of(arguments)
         self.providers: list[HintProvider] = (
             list(providers) if providers is not None else builtin_providers(self.provider_arguments)
@@ -192,6 +277,8 @@ class NumaAwarePlugin:
         # The task being decided and its admission per node name, for scoring and on_allocate.
         self._task_uid = ""
         self._decided: dict[str, _Decision] = {}
+        # What each pod would have pinned (pinned_needs), for nodes without usable topology.
+        self._needs: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -213,6 +300,7 @@ class NumaAwarePlugin:
         self._fingerprint_ids.clear()
         self._equivalent.clear()
         self._completed.clear()
+        self._needs.clear()
         self._task_uid = ""
 
     def _extra_providers(self, ssn: Session) -> list[HintProvider]:
@@ -267,19 +355,48 @@ class NumaAwarePlugin:
             )
         topology = node.topology
         if topology is None:
-            if requested is None or requested is TopologyPolicy.NONE:
-                return None
-            why = f" ({node.topology_error})" if node.topology_error else ""
-            return Status(
-                StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                f"node {node.name} reports no NUMA topology{why}; pod asks for {requested.value}",
-                PLUGIN_NAME,
-            )
+            return self._without_topology(task, node, requested)
         node_policy = topology.policies.topology_manager_policy
         refusal = check_numa_node_limit(node_policy, len(topology.numa_ids), topology.policies.max_allowable_numa_nodes)
         if refusal is not None:
             return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"node {node.name}: {refusal}", PLUGIN_NAME)
         return stricter(node_policy, requested)
+
+    def _without_topology(self, task: TaskInfo, node: NodeInfo, requested: TopologyPolicy | None) -> Status | None:
+        """A node whose topology is missing or was rejected: a pod that asks for a policy cannot
+        be aligned there; one the kubelet would pin goes there only under unknown-topology: allow."""
+        why = f"rejected: {node.topology_error}" if node.topology_error else "missing"
+        if requested is not None and requested is not TopologyPolicy.NONE:
+            return Status(
+                StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                f"node {node.name} has no usable NUMA topology ({why}); pod asks for {requested.value}",
+                PLUGIN_NAME,
+            )
+        if self.unknown_topology is UnknownTopology.ALLOW:
+            return None
+        needs = self._pinned_needs(task)
+        if not needs:
+            return None
+        return Status(
+            StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
+            f"node {node.name} has no usable NUMA topology ({why}); pod needs {needs}, which "
+            f"{ARG_UNKNOWN_TOPOLOGY}: {self.unknown_topology.value} keeps off such nodes",
+            PLUGIN_NAME,
+        )
+
+    def _pinned_needs(self, task: TaskInfo) -> str:
+        cached = self._needs.get(task.uid)
+        if cached is None:
+            cached = pinned_needs(task, self._device_resources())
+            self._needs[task.uid] = cached
+        return cached
+
+    def _device_resources(self) -> frozenset[str]:
+        resources: frozenset[str] = frozenset()
+        for provider in self.providers:
+            if isinstance(provider, DeviceProvider):
+                resources = resources | provider.resources
+        return resources
 
     def place(self, task: TaskInfo, node: NodeInfo) -> Placement | Status:
         """The full placement on this node (every id chosen), or the status that rules it out."""
@@ -464,6 +581,20 @@ class NumaAwarePlugin:
             )
             return
         task.allocation = outcome.allocation
+        if task.allocation is not None:
+            self._leave_out_unknown_ids(task, node)
+
+    def _leave_out_unknown_ids(self, task: TaskInfo, node: NodeInfo) -> None:
+        """Where pods of unknown ids hold a resource, the ids chosen for it are only a stand-in
+        for the kubelet's choice: the binding names the NUMA nodes and not the ids, and the pod
+        joins the unknown holders so later pods of this session see it as one."""
+        assert task.allocation is not None
+        unknown = frozenset(resource for resource, (count, _) in node.unknown_holdings().items() if count > 0)
+        allocation, left_out = without_unknown_ids(task.allocation, unknown)
+        if not left_out:
+            return
+        task.allocation = allocation
+        node.set_unknown_holder(task.uid, UnknownHolder(task.key, left_out))
 
     def _allocation(self, task: TaskInfo, node: NodeInfo, decision: _Decision | None) -> Placement | Status:
         """The predicate's decision completed when the node is as the predicate saw it, else a

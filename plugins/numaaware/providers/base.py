@@ -24,6 +24,9 @@ from numasched.api.resource import Resource
 from numasched.api.task import ContainerInfo, QosClass
 from numasched.api.topology import NumaTopology, TopologyScope
 
+# The plugin whose arguments the built-in provider factories read (for configuration errors).
+NUMA_AWARE_PLUGIN = "numa-aware"
+
 
 class ProviderError(Exception):
     """A provider cannot allocate what it was asked for (e.g. the hint left too few free ids).
@@ -80,12 +83,21 @@ class FreeResources:
     # Sets of NUMA nodes already holding memory pinned together (one per memory allocation); the
     # memory manager never splits such a group nor mixes it with other nodes.
     memory_groups: frozenset[NumaMask] = frozenset()
+    # Per resource ("cpu" or a device resource): ids held by pods whose ids no source reports
+    # (NodeInfo.unknown_holders). They may be any of the free ids above, so a request is admitted
+    # only where it fits under every way they could lie, and no id of such a resource is promised.
+    unknown: Mapping[str, int] = attrs.field(factory=dict)
+    # The pods behind `unknown`, per resource, for messages.
+    unknown_pods: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
 
     def free_devices(self, resource: str) -> tuple[str, ...]:
         return tuple(self.devices.get(resource, ()))
 
     def free_memory(self, resource: str) -> Mapping[int, int]:
         return self.memory.get(resource, {})
+
+    def unknown_count(self, resource: str) -> int:
+        return self.unknown.get(resource, 0)
 
 
 # What a provider assigns for one resource: CPU ids ("cpu"), device ids (a device resource), or
@@ -125,7 +137,11 @@ HINT_PROVIDER_GROUP = "numasched.hint_providers"
 
 
 def free_resources(node: NodeInfo) -> FreeResources:
-    """A snapshot of what is free on a node with topology: CPUs, device ids, NUMA memory."""
+    """A snapshot of what is free on a node with topology: CPUs, device ids, NUMA memory, and what
+    pods whose ids are unknown hold (the reading rule: NodeInfo.free_cpus, free_devices).
+
+    Callers on the hot path keep it per node and numa_usage.version (the numa-aware plugin does),
+    rather than building it per pod."""
     topology = node.topology
     if topology is None:
         return FreeResources()
@@ -142,4 +158,12 @@ def free_resources(node: NodeInfo) -> FreeResources:
         if container.memory
     }
     groups.discard(NumaMask())
-    return FreeResources(cpus=node.free_cpus(), devices=devices, memory=memory, memory_groups=frozenset(groups))
+    holdings = node.unknown_holdings()
+    return FreeResources(
+        cpus=node.free_cpus(),
+        devices=devices,
+        memory=memory,
+        memory_groups=frozenset(groups),
+        unknown={resource: count for resource, (count, _) in holdings.items()},
+        unknown_pods={resource: pods for resource, (_, pods) in holdings.items()},
+    )

@@ -24,6 +24,7 @@ from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.task import ContainerInfo, QosClass
 from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyScope
 from numasched.plugins.numaaware.providers.base import (
+    NUMA_AWARE_PLUGIN,
     FreeResources,
     HintRequest,
     ProviderAllocation,
@@ -36,6 +37,7 @@ from numasched.plugins.numaaware.providers.cpu_assignment import (
 )
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.scheduler.arguments import PluginArgumentError, quote_value
 
 __all__ = [
     "CpuAssignmentError",
@@ -262,6 +264,7 @@ def cpu_hints(
     reusable: IdSet | None = None,
     *,
     index: CpuNodeIndex | None = None,
+    unknown: int = 0,
 ) -> list[TopologyHint]:
     """The kubelet's CPU topology hints for `request_cpus` exclusive CPUs.
 
@@ -270,6 +273,10 @@ def cpu_hints(
     contain all of them. With full-pcpus-only only whole free cores count, and a request that is not
     a multiple of the threads per core gets no hint at all (the kubelet rejects it).
     `index`: the topology's CpuNodeIndex when the caller keeps one (else it is built here).
+    `unknown`: exclusive CPUs held by pods whose CPU ids nobody reports; they may be any of the
+    free CPUs, so a mask yields a hint only when its free CPUs minus `unknown` still cover the
+    request. Whether a hint is preferred is the kubelet's rule on the node's CPUs alone (every CPU
+    of the mask, as CPUDetails counts them), never on what is free.
     """
     if index is None:
         index = CpuNodeIndex.of(topology)
@@ -292,7 +299,7 @@ def cpu_hints(
             min_affinity = width
         if reusable_bits & ~mask.bits:
             continue
-        if reused + sum(free_per_numa[numa] for numa in numas) < request_cpus:
+        if reused + max(0, sum(free_per_numa[numa] for numa in numas) - unknown) < request_cpus:
             continue
         fitting.append(mask)
     return [TopologyHint(mask, mask.count() == min_affinity) for mask in fitting]
@@ -358,7 +365,8 @@ class CpuHintProvider:
         if count == 0:
             return None
         try:
-            return {"cpu": cpu_hints(topology, free.cpus, count, index=self.indexes.get(topology))}
+            index = self.indexes.get(topology)
+            return {"cpu": cpu_hints(topology, free.cpus, count, index=index, unknown=free.unknown_count("cpu"))}
         except CpuTopologyError as error:
             log.warning("cpu hints unavailable", pod=request.pod, node=topology.node_name, error=str(error))
             return {"cpu": []}
@@ -436,9 +444,15 @@ def cpu_provider_factory(arguments: Mapping[str, Any]) -> CpuHintProvider:
     Arguments full-pcpus-only, distribute-cpus-across-numa and align-by-uncorecache (booleans) are
     the CPU manager options assumed for nodes whose topology object does not report them.
     """
-    defaults = {
-        option: str(arguments[argument]).lower()
-        for argument, option in OPTION_ARGUMENTS.items()
-        if argument in arguments
-    }
+    defaults: dict[str, str] = {}
+    for argument, option in OPTION_ARGUMENTS.items():
+        if argument not in arguments:
+            continue
+        raw = arguments[argument]
+        if isinstance(raw, bool):
+            defaults[option] = "true" if raw else "false"
+        elif isinstance(raw, str) and raw.strip() in _TRUE | _FALSE:
+            defaults[option] = "true" if raw.strip() in _TRUE else "false"
+        else:
+            raise PluginArgumentError(NUMA_AWARE_PLUGIN, argument, f"expected true or false, got {quote_value(raw)}")
     return CpuHintProvider(defaults)

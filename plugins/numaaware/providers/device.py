@@ -35,7 +35,13 @@ import structlog
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import DeviceGroup, NumaTopology
-from numasched.plugins.numaaware.providers.base import FreeResources, HintRequest, ProviderAllocation, ProviderError
+from numasched.plugins.numaaware.providers.base import (
+    NUMA_AWARE_PLUGIN,
+    FreeResources,
+    HintRequest,
+    ProviderAllocation,
+    ProviderError,
+)
 from numasched.plugins.numaaware.providers.device_sets import (
     NicAlignment,
     choose_devices,
@@ -43,6 +49,7 @@ from numasched.plugins.numaaware.providers.device_sets import (
     nic_preference,
 )
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.scheduler.arguments import PluginArgumentError, quote_value
 
 log = structlog.get_logger(__name__)
 
@@ -107,11 +114,15 @@ def device_hints(
     request: int,
     *,
     index: DeviceGroupIndex | None = None,
+    unknown: int = 0,
 ) -> list[TopologyHint] | None:
     """The kubelet device manager's hints for `request` devices of one resource.
 
     None: no device has NUMA information (no preference); []: not satisfiable on this node.
     `index`: DeviceGroupIndex.of(group, numa_ids) when the caller keeps one.
+    `unknown`: devices held by pods whose ids nobody reports; they may be any of `free`, so a mask
+    yields a hint only when its free devices minus `unknown` still cover the request (the worst
+    case). Whether a hint is preferred still depends on the node's devices alone.
     """
     if request <= 0:
         return None
@@ -120,7 +131,8 @@ def device_hints(
     if not index.has_numa:
         return None
     free_ids = [device_id for device_id in dict.fromkeys(free) if device_id in group.by_id]
-    if len(free_ids) < request:
+    needed = request + max(0, unknown)
+    if len(free_ids) < needed:
         return []
     free_per_block: list[dict[int, int]] = []
     for block in index.blocks:
@@ -136,7 +148,7 @@ def device_hints(
         width = len(numas)
         if in_mask_total >= request and width < min_affinity_size:
             min_affinity_size = width
-        if max(sum(per_numa.get(numa, 0) for numa in numas) for per_numa in free_per_block) >= request:
+        if max(sum(per_numa.get(numa, 0) for numa in numas) for per_numa in free_per_block) >= needed:
             fitting.append(mask)
     return [TopologyHint(mask, mask.count() == min_affinity_size) for mask in fitting]
 
@@ -241,7 +253,14 @@ class DeviceProvider:
                 result[resource] = None
                 continue
             index = self.indexes.get(topology)[resource]
-            result[resource] = device_hints(group, topology.numa_ids, free.free_devices(resource), count, index=index)
+            result[resource] = device_hints(
+                group,
+                topology.numa_ids,
+                free.free_devices(resource),
+                count,
+                index=index,
+                unknown=free.unknown_count(resource),
+            )
         return result or None
 
     def allocate(
@@ -301,6 +320,8 @@ class DeviceProvider:
 
 
 def _names(raw: Any, default: Collection[str], argument: str) -> frozenset[str]:
+    """Resource names from a list or comma-separated text; anything else is a configuration error
+    (a silent default would turn alignment of the intended resources off)."""
     if raw is None:
         return frozenset(default)
     if isinstance(raw, str):
@@ -308,8 +329,11 @@ def _names(raw: Any, default: Collection[str], argument: str) -> frozenset[str]:
     elif isinstance(raw, list | tuple) and all(isinstance(part, str) for part in raw):
         names = [part.strip() for part in raw if part.strip()]
     else:
-        log.warning("bad plugin argument, using the default", argument=argument, value=repr(raw))
-        return frozenset(default)
+        raise PluginArgumentError(
+            NUMA_AWARE_PLUGIN,
+            argument,
+            f"expected a list of resource names or comma-separated text, got {quote_value(raw)}",
+        )
     return frozenset(names)
 
 
@@ -323,13 +347,12 @@ def device_provider_factory(arguments: Mapping[str, Any]) -> DeviceProvider:
     nics = _names(arguments.get(ARG_NIC_RESOURCES), DEFAULT_NIC_RESOURCES, ARG_NIC_RESOURCES)
     raw_alignment = arguments.get(ARG_NIC_ALIGNMENT, NicAlignment.PREFERRED.value)
     try:
-        alignment = NicAlignment(str(raw_alignment).strip().lower())
+        if not isinstance(raw_alignment, str):
+            raise ValueError(raw_alignment)
+        alignment = NicAlignment(raw_alignment.strip().lower())
     except ValueError:
-        log.warning(
-            "bad plugin argument, using the default",
-            argument=ARG_NIC_ALIGNMENT,
-            value=repr(raw_alignment),
-            default=NicAlignment.PREFERRED.value,
-        )
-        alignment = NicAlignment.PREFERRED
+        choices = ", ".join(choice.value for choice in NicAlignment)
+        raise PluginArgumentError(
+            NUMA_AWARE_PLUGIN, ARG_NIC_ALIGNMENT, f"expected one of {choices}, got {quote_value(raw_alignment)}"
+        ) from None
     return DeviceProvider(accelerator_resources=accelerators - nics, nic_resources=nics, nic_alignment=alignment)
