@@ -1,12 +1,19 @@
-"""The `numasched` command: simulate, run (the scheduler) and exporter (the node agent)."""
+"""The `numasched` command: simulate, run (the scheduler) and exporter (the node agent).
+
+Exit codes are numasched.cli_exit_codes: bad input is one line on stderr and a documented code,
+never a Python traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from numasched import __version__
+from numasched.cli_exit_codes import EXIT_CONFIG
+from numasched.cli_input_files import InputFileError, read_yaml_file
 from numasched.logconfig import LEVELS, configure_logging
 
 
@@ -50,10 +57,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def kubeconfig_problem(args: argparse.Namespace) -> str:
+    """Why the kubeconfig named on the command line cannot be used ("" when it can, or none is named).
+
+    The Kubernetes client raises assorted exceptions (a YAML error among them) for a bad file; a
+    strict read first gives one clear line instead.
+    """
+    path = getattr(args, "kubeconfig", None)
+    if not path:
+        return ""
+    try:
+        read_yaml_file(Path(path))
+    except InputFileError as error:
+        return f"kubeconfig {error}"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     import anyio
+
+    problem = kubeconfig_problem(args)
+    if problem:
+        print(f"numasched {args.command}: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
 
     simulating = args.command == "simulate"
     configure_logging(

@@ -21,6 +21,8 @@ import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from numasched.cli_input_files import InputFileError, read_yaml_file
 from numasched.exporter.gpus import GpuInventory, gpu_fingerprint, read_gpus
 from numasched.exporter.kubelet_config import read_kubelet_config
 from numasched.exporter.metrics import ExporterMetrics
@@ -234,32 +236,72 @@ async def _pods_on_node(api_client: Any, node_name: str, timeout: float) -> dict
     return {str(pod.metadata.uid): (str(pod.metadata.namespace), str(pod.metadata.name)) for pod in pods.items}
 
 
+class ClientConfigError(Exception):
+    """No usable Kubernetes client configuration (kubeconfig or in-cluster credentials)."""
+
+
 async def _api_client(args: argparse.Namespace) -> Any:
     from kubernetes_asyncio import client
     from kubernetes_asyncio import config as kube_config
 
     config: Any = kube_config
-    if args.kubeconfig:
-        await config.load_kube_config(config_file=args.kubeconfig)
-    else:
-        config.load_incluster_config()
+    try:
+        if args.kubeconfig:
+            await config.load_kube_config(config_file=args.kubeconfig)
+        else:
+            config.load_incluster_config()
+    # The client reports a bad kubeconfig as ConfigException, or lets a YAML, key or type error
+    # out of its parser; all of them mean the same thing here.
+    except (kube_config.ConfigException, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as error:
+        where = f"kubeconfig {args.kubeconfig}" if args.kubeconfig else "in-cluster configuration"
+        raise ClientConfigError(f"{where}: {error}") from None
     return client.ApiClient()
 
 
+def startup_input_problem(args: argparse.Namespace) -> str:
+    """Why the node's input files cannot be read at all ("" when they can).
+
+    Checked once at startup so that a wrong path or a corrupt file fails the pod visibly instead
+    of publishing a topology built on kubelet defaults. A kubelet config file that does not exist
+    is allowed: a kubelet started without --config runs on its defaults, and so do we. Later
+    periods keep degrading part by part (a reader that fails logs why).
+    """
+    if not args.sysfs.is_dir():
+        return f"--sysfs {args.sysfs}: not a directory"
+    if args.kubelet_config.exists():
+        try:
+            read_yaml_file(args.kubelet_config)
+        except InputFileError as error:
+            return f"--kubelet-config {error}"
+    return ""
+
+
 async def run_exporter(args: argparse.Namespace, nvml: Any = pynvml) -> int:
-    """Run the exporter until cancelled (or once); the exit status."""
+    """Run the exporter until cancelled (or once); the exit status, one of numasched.cli_exit_codes."""
     if not args.node_name:
         print("numasched exporter: --node-name (or env NODE_NAME) is required", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         parse_device_id_formats(args.device_id_format)
     except ValueError as error:
         print(f"numasched exporter: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    problem = startup_input_problem(args)
+    if problem:
+        print(f"numasched exporter: {problem}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        return await _run_exporter(args, nvml)
+    except ClientConfigError as error:
+        print(f"numasched exporter: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+async def _run_exporter(args: argparse.Namespace, nvml: Any) -> int:
     metrics = ExporterMetrics()
     runner = await serve_metrics(metrics, args.metrics_addr) if args.metrics_addr and not args.once else None
     api_client: Any = None
-    status = 0
+    status = EXIT_OK
     try:
         if not args.dry_run:
             from kubernetes_asyncio import client
@@ -300,10 +342,10 @@ async def run_exporter(args: argparse.Namespace, nvml: Any = pynvml) -> int:
                     await numatopologies.publish(objects.numatopology)
                     if objects.node_resource_topology is not None:
                         await nrts.publish(objects.node_resource_topology)
-                    status = 0
+                    status = EXIT_OK
                 except PublishError as error:
                     log.error("publishing failed; retrying next period", node=args.node_name, error=str(error))
-                    status = 1
+                    status = EXIT_FAILURE
             if args.once:
                 return status
             await asyncio.sleep(args.period)

@@ -17,6 +17,8 @@ import structlog
 
 from numasched.cache.cache import Cache
 from numasched.cache.simcluster import SimCluster
+from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_OK, EXIT_UNPLACED
+from numasched.cli_input_files import InputFileError, read_yaml_file
 from numasched.conf.loader import ConfigError, load_config_text, read_config_file
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.loop import schedule_cycle
@@ -51,6 +53,11 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler-name", default="numasched", help="spec.schedulerName of the pods to schedule")
     parser.add_argument("--max-cycles", type=int, default=100, help="stop after this many scheduling cycles")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
+    parser.add_argument(
+        "--fail-on-unschedulable",
+        action="store_true",
+        help=f"exit with {EXIT_UNPLACED} when any pod of ours stays unplaced (unschedulable or pending)",
+    )
 
 
 def _example_text(name: str) -> tuple[str, str]:
@@ -99,27 +106,43 @@ def _progress_bar(enabled: bool, total: int) -> Any:
     )
 
 
-def _read_inputs(cluster: SimCluster, paths: list[Path] | None, example: str) -> None:
-    if paths:
-        cluster.load_files(paths)
-    else:
-        text, source = _example_text(example)
-        cluster.load_text(text, source)
+def read_inputs(paths: list[Path] | None, example: str) -> list[tuple[str, str]]:
+    """(text, source) of every input file, or of the bundled example when none is given.
+
+    Every file is read and checked to be YAML before anything is loaded: a bad file stops the run
+    (InputFileError) instead of leaving a cluster that silently lacks its objects.
+    """
+    if not paths:
+        return [_example_text(example)]
+    return [(read_yaml_file(path), str(path)) for path in paths]
+
+
+def unplaced_pods(report: SimulationReport) -> int:
+    return report.count("Unschedulable") + report.count("Pending")
 
 
 async def run_simulate(args: argparse.Namespace) -> int:
+    """The `numasched simulate` command; the exit status is one of numasched.cli_exit_codes."""
     registry = default_registry(with_entry_points=True)
     try:
         config = load_config(args.config, registry)
     except ConfigError as error:
         print(f"numasched simulate: {error}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
+    try:
+        inputs = [*read_inputs(args.cluster, "cluster.yaml"), *read_inputs(args.workload, "workload.yaml")]
+    except InputFileError as error:
+        print(f"numasched simulate: {error}", file=sys.stderr)
+        return EXIT_INPUT
     cache = Cache((args.scheduler_name,))
     cluster = SimCluster(cache)
-    _read_inputs(cluster, args.cluster, "cluster.yaml")
-    _read_inputs(cluster, args.workload, "workload.yaml")
+    for text, source in inputs:
+        cluster.load_text(text, source)
     started = time.perf_counter()
     cycles = await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=not args.no_progress)
     report: SimulationReport = build_report(cluster, cycles=cycles, seconds=time.perf_counter() - started)
     sys.stdout.write(render(report, args.output))
-    return 0
+    if args.fail_on_unschedulable and unplaced_pods(report):
+        print(f"numasched simulate: {unplaced_pods(report)} of {len(report.pods)} pods unplaced", file=sys.stderr)
+        return EXIT_UNPLACED
+    return EXIT_OK
