@@ -1,8 +1,23 @@
-"""Kubernetes resource quantities ("500m", "2Gi", "1e3") parsed exactly.
+"""Kubernetes resource quantities ("500m", "2Gi", "1e3") parsed exactly, and bounded.
 
-The API server accepts a decimal number with an optional binary suffix (Ki..Ei), decimal suffix
-(n, u, m, "", k, M, G, T, P, E) or decimal exponent (e3, E-2). We parse into a Fraction so that
-"0.1" CPU and "100m" compare equal and nothing rounds until the caller decides how.
+The grammar is apimachinery's (pkg/api/resource/quantity.go, parseQuantityString and the suffixer):
+
+    quantity  ::= [+-] digits [ "." digits ] suffix
+    suffix    ::= "" | n | u | m | k | M | G | T | P | E          (decimal SI)
+                | Ki | Mi | Gi | Ti | Pi | Ei                      (binary SI)
+                | (e | E) [+-] digits                              (decimal exponent)
+
+with ASCII digits only, surrounding whitespace trimmed (as Quantity.UnmarshalJSON does), a JSON
+number read from its text, and a non-zero value rounded away from zero to a whole nano unit, as Go
+does. We parse into a Fraction so "0.1" CPU and "100m" compare equal and nothing rounds until the
+caller decides how.
+
+Where Go is looser than a scheduler can afford, we refuse rather than guess (the API server writes
+core objects' quantities canonically, so these only reach us through custom resources or a hostile
+writer): a number with no digits at all (Go reads "Gi" or "." as zero), text longer than
+MAX_QUANTITY_LENGTH (a 5,000-digit number), an exponent Go would truncate to 32 bits, and a value
+that does not fit an int64 in the unit the caller counts in (milli-units for CPU and devices, bytes
+for memory): kube-scheduler reads quantities as int64 too, so no real request lies beyond it.
 """
 
 from __future__ import annotations
@@ -10,71 +25,118 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-_BINARY_SUFFIXES = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-_DECIMAL_SUFFIXES = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}
-_QUANTITY = re.compile(
-    r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
-    r"(?:(?P<exponent>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
-)
+# Longest quantity text we read: far beyond any real one ("9223372036854775807" is 19 characters).
+MAX_QUANTITY_LENGTH = 64
+# The largest value of a Go int64: the bound of every canonical quantity value.
+MAX_INT64 = 2**63 - 1
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+# Decimal exponents beyond these cannot change the outcome: above, every non-zero value exceeds
+# MAX_INT64 in any unit; below, every non-zero value rounds up to one nano unit.
+_LARGEST_EXPONENT = 40
+_SMALLEST_EXPONENT = -(MAX_QUANTITY_LENGTH + 12)
+_NANO = Fraction(1, 10**9)
+
+_BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+# parseQuantityString's scan: sign, digits, optional fraction, then suffix letters, an optional
+# sign and digits. Which suffixes are valid is decided afterwards, as the suffixer does.
+_SCAN = re.compile(r"(?P<sign>[+-]?)(?P<whole>[0-9]*)(?:\.(?P<fraction>[0-9]*))?(?P<suffix>[eEinumkKMGTP]*[+-]?[0-9]*)")
+_EXPONENT = re.compile(r"[eE](?P<value>[+-]?[0-9]+)")
 
 
 class QuantityError(ValueError):
-    """A string that is not a Kubernetes quantity."""
+    """A value that is not a Kubernetes quantity, or one beyond what a quantity may be."""
 
 
-def parse_quantity(value: str | int | float) -> Fraction:
-    """Parse a Kubernetes quantity into an exact Fraction of base units."""
-    if isinstance(value, bool):
-        raise QuantityError(f"invalid quantity {value!r}: a boolean is not a quantity")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise QuantityError(f"invalid quantity {value!r}: not a finite number")
-        return Fraction(value).limit_denominator(10**9)
-    if not isinstance(value, str):
-        raise QuantityError(f"invalid quantity {value!r}: expected a string or number")
-    text = value.strip()
-    match = _QUANTITY.match(text)
+def _invalid(value: object, reason: str) -> QuantityError:
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:32]}...({len(str(value))} characters)"
+    return QuantityError(f"invalid quantity {shown}: {reason}")
+
+
+def _scale(text: str) -> tuple[int, int, str] | str:
+    """(base, exponent, format) of a suffix, or why it is not one."""
+    if text in _DECIMAL_EXPONENTS:
+        return 10, _DECIMAL_EXPONENTS[text], "decimal"
+    if text in _BINARY_EXPONENTS:
+        return 2, _BINARY_EXPONENTS[text], "binary"
+    match = _EXPONENT.fullmatch(text)
     if match is None:
-        raise QuantityError(
-            f"invalid quantity {value!r}: expected a number with an optional suffix "
-            "(m, k, M, G, Ki, Mi, Gi, ...) or exponent (e3)"
+        return f"unknown suffix {text!r} (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent such as e3)"
+    exponent = int(match["value"])
+    if not _INT32_MIN <= exponent <= _INT32_MAX:
+        return f"exponent {match['value']} is out of range"
+    return 10, exponent, "exponent"
+
+
+def _parse_text(original: object, text: str) -> Fraction:
+    if not text:
+        raise _invalid(original, "empty")
+    if len(text) > MAX_QUANTITY_LENGTH:
+        raise _invalid(original, f"longer than {MAX_QUANTITY_LENGTH} characters")
+    match = _SCAN.fullmatch(text)
+    if match is None:
+        raise _invalid(
+            original, "expected a number with an optional suffix (m, k, M, G, Ki, Mi, Gi, ...) or exponent (e3)"
         )
-    number = Fraction(match["number"])
-    if match["exponent"]:
-        number *= Fraction(10) ** int(match["exponent"][1:])
+    whole, fraction = match["whole"], match["fraction"] or ""
+    if not whole and not fraction:
+        raise _invalid(original, "no digits")
+    scale = _scale(match["suffix"])
+    if isinstance(scale, str):
+        raise _invalid(original, scale)
+    base, exponent, _ = scale
+    digits = int(whole + fraction) if whole + fraction else 0
+    if digits == 0:
+        return Fraction(0)
+    number = Fraction(digits, 10 ** len(fraction))
+    if base == 2:
+        number *= 2**exponent
+    elif exponent > _LARGEST_EXPONENT:
+        raise _invalid(original, f"beyond the largest quantity ({MAX_INT64})")
     else:
-        suffix = match["suffix"] or ""
-        number *= _BINARY_SUFFIXES.get(suffix) or _DECIMAL_SUFFIXES[suffix]
+        number *= Fraction(10) ** max(exponent, _SMALLEST_EXPONENT)
+    # Go keeps nano precision and rounds a non-zero remainder away from zero ("if you want some
+    # resources, you should get some resources").
+    nanos = number / _NANO
+    whole_nanos = -((-nanos.numerator) // nanos.denominator)
+    number = whole_nanos * _NANO
     return -number if match["sign"] == "-" else number
 
 
+def parse_quantity(value: str | int | float) -> Fraction:
+    """Parse a Kubernetes quantity (string or JSON number) into an exact Fraction of base units.
+
+    Raises QuantityError for anything else, never another exception, whatever the value.
+    """
+    if isinstance(value, bool):
+        raise _invalid(value, "a boolean is not a quantity")
+    if isinstance(value, int):
+        if abs(value) > MAX_INT64:
+            raise _invalid(value, f"beyond the largest quantity ({MAX_INT64})")
+        return Fraction(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _invalid(value, "not a finite number")
+        # A JSON number is read from its text, as Go does; repr gives the shortest text of the float.
+        return _parse_text(value, repr(value))
+    if not isinstance(value, str):
+        raise _invalid(value, f"expected a string or number, got {type(value).__name__}")
+    return _parse_text(value, value.strip())
+
+
+def _bounded(value: int, original: object, unit: str) -> int:
+    if abs(value) > MAX_INT64:
+        raise _invalid(original, f"beyond the largest quantity ({MAX_INT64}{unit})")
+    return value
+
+
 def parse_milli(value: str | int | float) -> int:
-    """Quantity in thousandths, rounded up as the API server does for CPU."""
+    """Quantity in thousandths (Go's MilliValue), rounded up; within int64."""
     scaled = parse_quantity(value) * 1000
-    return -((-scaled.numerator) // scaled.denominator)
+    return _bounded(-((-scaled.numerator) // scaled.denominator), value, "m")
 
 
 def parse_integer(value: str | int | float) -> int:
-    """Quantity as a whole number of base units (bytes, devices), rounded up."""
+    """Quantity as a whole number of base units (Go's Value: bytes, devices), rounded up; within int64."""
     quantity = parse_quantity(value)
-    return -((-quantity.numerator) // quantity.denominator)
+    return _bounded(-((-quantity.numerator) // quantity.denominator), value, "")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from numasched.api.quantity import parse_integer, parse_milli
+from numasched.api.quantity import QuantityError, parse_integer, parse_milli
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -24,6 +24,12 @@ _MILLI_TOLERANCE = 0.01
 _MEMORY_TOLERANCE = 1.0
 
 
+def _non_negative(value: int, raw: object) -> int:
+    if value < 0:
+        raise QuantityError(f"invalid quantity {raw!r}: must not be negative")
+    return value
+
+
 @attrs.define(slots=True)
 class Resource:
     milli_cpu: float = 0.0
@@ -31,24 +37,29 @@ class Resource:
     scalars: dict[str, float] = attrs.field(factory=dict)
 
     @classmethod
-    def from_list(cls, resource_list: Mapping[str, str | int | float] | None) -> Resource:
+    def from_list(cls, resource_list: Mapping[str, str | int | float | None] | None) -> Resource:
         """Build from a Kubernetes ResourceList ({"cpu": "500m", "nvidia.com/gpu": 2}).
 
-        Raises QuantityError naming the resource when a value does not parse.
+        Raises QuantityError naming the resource when a value does not parse or is negative (the
+        API server refuses negative requests and capacities; read as zero, "-2" would bind a pod
+        that asked for nonsense). A JSON null is a zero quantity, as Go's Quantity reads it.
         """
         result = cls()
         for name, raw in (resource_list or {}).items():
+            if raw is None:
+                continue
             try:
                 if name == CPU:
-                    result.milli_cpu = float(parse_milli(raw))
+                    result.milli_cpu = float(_non_negative(parse_milli(raw), raw))
                 elif name == MEMORY:
-                    result.memory = float(parse_integer(raw))
+                    result.memory = float(_non_negative(parse_integer(raw), raw))
                 elif name in _IGNORED_SCALARS:
-                    continue
+                    # Not accounted, but still a quantity: a garbled one means a garbled object.
+                    _non_negative(parse_integer(raw), raw)
                 else:
-                    result.scalars[name] = float(parse_milli(raw))
-            except ValueError as error:
-                raise type(error)(f"resource {name}: {error}") from None
+                    result.scalars[name] = float(_non_negative(parse_milli(raw), raw))
+            except QuantityError as error:
+                raise QuantityError(f"resource {name}: {error}") from None
         return result
 
     def clone(self) -> Resource:

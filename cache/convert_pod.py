@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION, AllocationError, PodAllocation, allocation_from_json
@@ -77,7 +78,7 @@ def parse_timestamp(value: Any) -> float:
         return 0.0
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError):
         return 0.0
 
 
@@ -86,6 +87,23 @@ def _resources(value: Any, kind: str, name: str, field: str) -> Resource:
         return Resource.from_list(_mapping(value, kind, name, field))
     except QuantityError as error:
         raise ConversionError(kind, name, f"{field}: {error}") from None
+
+
+def _integer(value: Any, kind: str, name: str, field: str, *, low: int, high: int) -> int:
+    """A JSON integer within [low, high] (Go's int32 fields: priority, minMember, weight)."""
+    # bool is an int in Python, never in JSON's Go reading.
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:32]}..."
+        raise ConversionError(kind, name, f"{field}: expected an integer from {low} to {high}, got {shown}")
+    return value
+
+
+def _boolean(value: Any, kind: str, name: str, field: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ConversionError(kind, name, f"{field}: expected true or false, got {value!r:.40}")
+    return value
 
 
 def _container(
@@ -107,26 +125,50 @@ def _container(
     return ContainerInfo(name, requests, limits, init=init, sidecar=sidecar), requests_raw, limits_raw
 
 
-def _qos_class(raw_resources: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> QosClass:
-    """The pod QoS class by the kubelet's rule (cpu and memory only)."""
-    any_set = False
+# The resources the kubelet's QoS rule looks at (qos.go: supportedQoSComputeResources).
+_QOS_RESOURCES = (CPU, MEMORY)
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _positive_qos_amounts(resource_list: Mapping[str, Any]) -> dict[str, Fraction]:
+    """The cpu and memory amounts above zero (zero quantities are ignored, as the kubelet does).
+
+    Called only on lists that already converted, so every value parses."""
+    amounts: dict[str, Fraction] = {}
+    for resource_name in _QOS_RESOURCES:
+        raw = resource_list.get(resource_name)
+        if raw is None:
+            continue
+        amount = parse_quantity(raw)
+        if amount > 0:
+            amounts[resource_name] = amount
+    return amounts
+
+
+def qos_class(resource_lists: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> QosClass:
+    """ComputePodQOS (kubernetes pkg/apis/core/v1/helper/qos): from (requests, limits) pairs, one per
+    container and init container, or the single pod-level pair when the pod declares spec.resources.
+
+    Requests must already carry the API server's defaulting (a missing request equals its limit).
+    Sums per resource over the pairs; Guaranteed when every pair limits both cpu and memory above
+    zero and the summed requests equal the summed limits for every resource requested or limited.
+    """
+    requests: dict[str, Fraction] = {}
+    limits: dict[str, Fraction] = {}
     guaranteed = True
-    for requests, limits in raw_resources:
-        for resource_name in (CPU, MEMORY):
-            request, limit = requests.get(resource_name), limits.get(resource_name)
-            if request is not None or limit is not None:
-                any_set = True
-            if limit is None or request is None:
-                guaranteed = False
-                continue
-            try:
-                if parse_quantity(request) != parse_quantity(limit):
-                    guaranteed = False
-            except QuantityError:
-                guaranteed = False
-    if not any_set:
+    for requests_raw, limits_raw in resource_lists:
+        for resource_name, amount in _positive_qos_amounts(requests_raw).items():
+            requests[resource_name] = requests.get(resource_name, Fraction(0)) + amount
+        limited = _positive_qos_amounts(limits_raw)
+        for resource_name, amount in limited.items():
+            limits[resource_name] = limits.get(resource_name, Fraction(0)) + amount
+        if not all(resource_name in limited for resource_name in _QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
         return QosClass.BEST_EFFORT
-    return QosClass.GUARANTEED if guaranteed else QosClass.BURSTABLE
+    if guaranteed and requests == limits:
+        return QosClass.GUARANTEED
+    return QosClass.BURSTABLE
 
 
 def effective_request(containers: Sequence[ContainerInfo], overhead: Resource) -> Resource:
@@ -212,6 +254,33 @@ def pod_job_id(namespace: str, name: str, annotations: Mapping[str, str]) -> tup
     return f"{namespace}/{name}", False
 
 
+def _pod_level_resources(
+    spec: Mapping[str, Any], key: str
+) -> tuple[Resource, Mapping[str, Any], Mapping[str, Any]] | None:
+    """spec.resources (KEP-2837 pod-level resources, on by default since Kubernetes 1.34): the
+    pod's cpu and memory budget, which then decides its request and QoS instead of its containers."""
+    raw = spec.get("resources")
+    if raw is None:
+        return None
+    resources = _mapping(raw, "Pod", key, "spec.resources")
+    limits_raw = _mapping(resources.get("limits"), "Pod", key, "spec.resources.limits")
+    requests_raw = dict(_mapping(resources.get("requests"), "Pod", key, "spec.resources.requests"))
+    for resource_name, limit in limits_raw.items():
+        requests_raw.setdefault(resource_name, limit)
+    requests = _resources(requests_raw, "Pod", key, "spec.resources.requests")
+    _resources(limits_raw, "Pod", key, "spec.resources.limits")
+    return requests, requests_raw, limits_raw
+
+
+def _declared_qos(status: Mapping[str, Any]) -> QosClass | None:
+    """status.qosClass, which the API server sets at creation and the kubelet reads first."""
+    declared = status.get("qosClass")
+    try:
+        return QosClass(declared) if isinstance(declared, str) else None
+    except ValueError:
+        return None
+
+
 def pod_to_task(obj: Mapping[str, Any]) -> TaskInfo:
     namespace, name, metadata = metadata_of(obj, "Pod")
     key = f"{namespace}/{name}"
@@ -227,12 +296,26 @@ def pod_to_task(obj: Mapping[str, Any]) -> TaskInfo:
     if not any(not container.init for container in containers):
         raise ConversionError("Pod", key, "spec.containers is empty")
     overhead = _resources(spec.get("overhead"), "Pod", key, "spec.overhead")
-    request = effective_request(containers, overhead)
+    pod_level = _pod_level_resources(spec, key)
+    if pod_level is None:
+        request = effective_request(containers, overhead)
+    else:
+        pod_requests, pod_requests_raw, pod_limits_raw = pod_level
+        request = effective_request(containers, Resource())
+        # kube-scheduler's PodRequests: pod-level cpu and memory replace the containers' sum.
+        for resource_name in _QOS_RESOURCES:
+            if resource_name in pod_requests_raw:
+                if resource_name == CPU:
+                    request.milli_cpu = pod_requests.milli_cpu
+                else:
+                    request.memory = pod_requests.memory
+        request.add(overhead)
+        raw_resources = [(pod_requests_raw, pod_limits_raw)]
     annotations = _string_map(metadata.get("annotations"), "Pod", key, "metadata.annotations")
     job_id, _ = pod_job_id(namespace, name, annotations)
     priority = spec.get("priority")
-    if priority is not None and not isinstance(priority, int):
-        raise ConversionError("Pod", key, f"spec.priority: expected an integer, got {priority!r}")
+    if priority is not None:
+        priority = _integer(priority, "Pod", key, "spec.priority", low=_INT32_MIN, high=_INT32_MAX)
     return TaskInfo(
         uid=str(metadata.get("uid") or key),
         namespace=namespace,
@@ -243,7 +326,7 @@ def pod_to_task(obj: Mapping[str, Any]) -> TaskInfo:
         containers=tuple(containers),
         status=_task_status(spec, status, metadata),
         priority=int(priority or 0),
-        qos=_qos_class(raw_resources),
+        qos=_declared_qos(status) or qos_class(raw_resources),
         node_name=str(spec.get("nodeName") or ""),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_selector=_string_map(spec.get("nodeSelector"), "Pod", key, "spec.nodeSelector"),
@@ -280,9 +363,11 @@ def node_to_node_info(obj: Mapping[str, Any]) -> NodeInfo:
     allocatable = _resources(allocatable_raw, "Node", name, "status.allocatable")
     capacity = _resources(capacity_raw, "Node", name, "status.capacity")
     try:
-        max_pods = parse_integer(allocatable_raw.get("pods", 110))
+        max_pods = parse_integer(allocatable_raw.get("pods", 110) or 0)
     except QuantityError as error:
         raise ConversionError("Node", name, f"status.allocatable.pods: {error}") from None
+    if max_pods < 0:
+        raise ConversionError("Node", name, f"status.allocatable.pods: must not be negative, got {max_pods}")
     taints = []
     for index, raw in enumerate(_sequence(spec.get("taints"), "Node", name, "spec.taints")):
         entry = _mapping(raw, "Node", name, f"spec.taints[{index}]")
@@ -296,7 +381,7 @@ def node_to_node_info(obj: Mapping[str, Any]) -> NodeInfo:
     node.max_pods = max_pods
     node.labels = _string_map(metadata.get("labels"), "Node", name, "metadata.labels")
     node.taints = tuple(taints)
-    node.unschedulable = bool(spec.get("unschedulable", False))
+    node.unschedulable = _boolean(spec.get("unschedulable"), "Node", name, "spec.unschedulable")
     node.ready = ready
     return node
 
@@ -306,9 +391,7 @@ def podgroup_to_job(obj: Mapping[str, Any]) -> JobInfo:
     key = f"{namespace}/{name}"
     spec = _mapping(obj.get("spec"), "PodGroup", key, "spec")
     status = _mapping(obj.get("status"), "PodGroup", key, "status")
-    min_member = spec.get("minMember", 1)
-    if not isinstance(min_member, int) or min_member < 0:
-        raise ConversionError("PodGroup", key, f"spec.minMember: expected a non-negative integer, got {min_member!r}")
+    min_member = _integer(spec.get("minMember", 1), "PodGroup", key, "spec.minMember", low=0, high=_INT32_MAX)
     min_resources_raw = spec.get("minResources")
     return JobInfo(
         uid=key,
@@ -330,15 +413,11 @@ def queue_to_queue_info(obj: Mapping[str, Any]) -> QueueInfo:
     _, name, _ = metadata_of(obj, "Queue")
     spec = _mapping(obj.get("spec"), "Queue", name, "spec")
     status = _mapping(obj.get("status"), "Queue", name, "status")
-    weight = spec.get("weight", 1)
-    if not isinstance(weight, int) or weight < 0:
-        raise ConversionError("Queue", name, f"spec.weight: expected a non-negative integer, got {weight!r}")
+    weight = _integer(spec.get("weight", 1), "Queue", name, "spec.weight", low=0, high=_INT32_MAX)
     return QueueInfo(name=name, weight=weight, state=str(status.get("state") or "Open"))
 
 
 def priority_class_value(obj: Mapping[str, Any]) -> tuple[str, int]:
     _, name, _ = metadata_of(obj, "PriorityClass")
-    value = obj.get("value", 0)
-    if not isinstance(value, int):
-        raise ConversionError("PriorityClass", name, f"value: expected an integer, got {value!r}")
+    value = _integer(obj.get("value", 0), "PriorityClass", name, "value", low=_INT32_MIN, high=_INT32_MAX)
     return name, value
