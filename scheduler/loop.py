@@ -3,13 +3,20 @@
 run_session is the pure part (a snapshot in, decisions out). schedule_cycle adds the edges:
 it assumes every placement in the cache before binding, so the next snapshot already sees it,
 binds concurrently with a bound on parallelism and time, and forgets a placement whose bind failed.
+
+Stopping (SIGTERM, or leadership lost) is checked by the actions between jobs and tasks; once it
+is asked for, no bind is sent that was not already sent, and the binds in flight get a grace
+period to finish. A pod whose plugins raise is held back for a growing time (PodBackoff), as
+kube-scheduler backs off a pod whose attempt failed, so one bad pod does not cost every cycle.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, TypeVar
 
 import anyio
@@ -25,6 +32,7 @@ from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.registry import Registry
 from numasched.scheduler.session import JobUpdate, Session
 from numasched.scheduler.statement import Eviction
+from numasched.scheduler.status import PluginFault
 
 _log = structlog.get_logger(__name__)
 
@@ -33,6 +41,8 @@ _T = TypeVar("_T")
 DEFAULT_BIND_CONCURRENCY = 16
 DEFAULT_BIND_TIMEOUT_S = 30.0
 DEFAULT_REPORT_TIMEOUT_S = 10.0
+# Time the binds in flight get to finish once a stop is asked for.
+DEFAULT_SHUTDOWN_GRACE_S = 5.0
 
 
 class CacheLike(Protocol):
@@ -68,6 +78,14 @@ class SessionResult:
     unschedulable: tuple[Unschedulable, ...] = ()
     job_updates: tuple[JobUpdate, ...] = ()
     evictions: tuple[Eviction, ...] = ()
+    # Every distinct plugin exception of the session (plugin, extension point, subject).
+    plugin_faults: tuple[PluginFault, ...] = ()
+    # Task uid -> the plugin fault the task failed with (its own, or its job's).
+    failed_by_plugin: Mapping[str, PluginFault] = attrs.field(factory=dict)
+    # Uids of the tasks the session held back (backing off) and did not try.
+    held_back: frozenset[str] = frozenset()
+    # A stop was asked for during the session: it decided only part of the cluster.
+    stopped: bool = False
 
     @property
     def fit_errors(self) -> dict[str, str]:
@@ -81,30 +99,116 @@ class CycleResult:
     seconds: float = 0.0
 
 
-def run_session(snapshot: ClusterSnapshot, config: SchedulerConfig, registry: Registry) -> SessionResult:
+def _never_stop() -> bool:
+    return False
+
+
+def run_session(
+    snapshot: ClusterSnapshot,
+    config: SchedulerConfig,
+    registry: Registry,
+    *,
+    should_stop: Callable[[], bool] = _never_stop,
+    held_back: Mapping[str, str] | None = None,
+) -> SessionResult:
     """Open a session on the snapshot, run the configured actions, close it. Changes only the
-    snapshot it is given."""
+    snapshot it is given. should_stop is asked between jobs and tasks (it may be called from
+    this worker thread while the event loop sets it); held_back names tasks not to try, with why."""
     actions = [registry.action(name) for name in config.actions]
-    ssn = Session(snapshot, config, registry)
+    ssn = Session(snapshot, config, registry, should_stop=should_stop, held_back=held_back)
     pending_at_start = ssn.pending_tasks()
     ssn.open()
     try:
         for action in actions:
+            if should_stop():
+                break
             action.execute(ssn)
     finally:
         ssn.close()
     binding = {request.task.uid for request in ssn.bind_requests}
-    unschedulable = tuple(
-        Unschedulable(task, task.fit_error or _unattempted_message(task, config))
-        for task in sorted(pending_at_start, key=lambda task: task.key)
-        if task.uid not in binding
-    )
+    failed_by_plugin: dict[str, PluginFault] = {}
+    unschedulable: list[Unschedulable] = []
+    for task in sorted(pending_at_start, key=lambda task: task.key):
+        if task.uid in binding:
+            continue
+        fault = ssn.fault_of(task)
+        if fault is not None:
+            failed_by_plugin[task.uid] = fault
+            message = fault.message
+        else:
+            message = task.fit_error or _unattempted_message(task, config)
+        unschedulable.append(Unschedulable(task, message))
     return SessionResult(
         bind_requests=tuple(ssn.bind_requests),
-        unschedulable=unschedulable,
+        unschedulable=tuple(unschedulable),
         job_updates=tuple(ssn.job_updates.values()),
         evictions=tuple(ssn.evictions),
+        plugin_faults=tuple(ssn.plugin_faults.values()),
+        failed_by_plugin=failed_by_plugin,
+        held_back=frozenset(ssn.held_back),
+        stopped=should_stop(),
     )
+
+
+@attrs.frozen(slots=True)
+class BackoffPolicy:
+    """kube-scheduler's pod backoff: initial * 2^(failures-1), at most max (1 s and 10 s there)."""
+
+    initial_s: float = 1.0
+    max_s: float = 10.0
+
+    def __attrs_post_init__(self) -> None:
+        if not (math.isfinite(self.initial_s) and math.isfinite(self.max_s) and 0 < self.initial_s <= self.max_s):
+            raise ValueError(f"pod backoff needs 0 < initial <= max, got {self.initial_s} / {self.max_s}")
+
+    def delay(self, failures: int) -> float:
+        # The exponent is bounded so a pod failing for days never builds a huge number.
+        return min(self.max_s, self.initial_s * 2.0 ** min(max(failures - 1, 0), 62))
+
+
+DEFAULT_BACKOFF = BackoffPolicy()
+
+
+@attrs.define(slots=True)
+class _Backoff:
+    failures: int
+    until: float
+    message: str
+
+
+class PodBackoff:
+    """Pods whose plugins raised, held back until their backoff ends. A pod tried again without
+    a plugin fault (bound, or unschedulable for an ordinary reason) starts over."""
+
+    def __init__(self, policy: BackoffPolicy = DEFAULT_BACKOFF) -> None:
+        self.policy = policy
+        self._entries: dict[str, _Backoff] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def failures(self, uid: str) -> int:
+        entry = self._entries.get(uid)
+        return entry.failures if entry is not None else 0
+
+    def held_back(self, now: float) -> dict[str, str]:
+        """Uid -> why, for the pods still backing off at `now`."""
+        return {
+            uid: f"backing off {entry.until - now:.1f}s more after {entry.failures} plugin error(s); {entry.message}"
+            for uid, entry in self._entries.items()
+            if entry.until > now
+        }
+
+    def record(self, result: SessionResult, now: float) -> None:
+        """Account one session: a failure extends its pod's backoff; a pod that was tried and did
+        not fail by a plugin leaves the backoff."""
+        for uid in [uid for uid in self._entries if uid not in result.held_back]:
+            if uid not in result.failed_by_plugin:
+                del self._entries[uid]
+        for uid, fault in result.failed_by_plugin.items():
+            entry = self._entries.get(uid)
+            failures = 1 if entry is None else entry.failures + 1
+            self._entries[uid] = _Backoff(failures, now + self.policy.delay(failures), fault.message)
 
 
 def _unattempted_message(task: TaskInfo, config: SchedulerConfig) -> str:
@@ -126,16 +230,27 @@ async def _bind_one(
     limiter: anyio.CapacityLimiter,
     timeout_s: float,
     outcomes: dict[str, BindOutcome],
+    stopping: Callable[[], bool],
 ) -> None:
     task = request.task
     log = _log.bind(pod=task.key, node=request.node_name)
     async with limiter:
+        if stopping():
+            # Not sent yet, and a stop was asked for: it is not sent at all. The next leader
+            # decides the pod again.
+            cache.forget(task.uid)
+            return
         try:
             outcome = await _bounded(lambda: binder.bind(request), timeout_s)
         except TimeoutError:
             outcome = BindOutcome(BindStatus.FAILED, f"no answer within {timeout_s:g}s")
         except Exception as error:  # the binder is I/O; whatever it raises fails this bind only
             outcome = BindOutcome(BindStatus.FAILED, f"{type(error).__name__}: {error}")
+        except BaseException:
+            # Cancelled (grace over, or leadership lost) with the answer unknown: the placement
+            # is forgotten; if the bind did land, the pod's watch event brings it back.
+            cache.forget(task.uid)
+            raise
     outcomes[task.uid] = outcome
     if outcome.status is BindStatus.BOUND:
         log.info("pod bound")
@@ -164,22 +279,53 @@ async def schedule_cycle(
     *,
     bind_concurrency: int = DEFAULT_BIND_CONCURRENCY,
     bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S,
+    stop: anyio.Event | None = None,
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
+    held_back: Mapping[str, str] | None = None,
 ) -> CycleResult:
+    """One cycle. Once `stop` is set the session decides nothing more, no bind or report that
+    was not sent yet is sent, and the binds in flight get shutdown_grace_s to finish."""
     started = time.monotonic()
     snapshot = cache.snapshot()
-    # The session is CPU-bound; a worker thread keeps watch events flowing meanwhile.
-    result = await anyio.to_thread.run_sync(run_session, snapshot, config, registry)
+    # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
+    # interrupted, so it is told to stop deciding and left to finish on its own copy.
+    abandoned = threading.Event()
+
+    def stopping() -> bool:
+        return abandoned.is_set() or (stop is not None and stop.is_set())
+
+    session = functools.partial(run_session, should_stop=stopping, held_back=held_back)
+    try:
+        # The session is CPU-bound; a worker thread keeps watch events flowing meanwhile.
+        result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
+    except BaseException:
+        abandoned.set()
+        raise
+    if stopping():
+        if result.bind_requests:
+            _log.info("stop asked for during the session; its binds are not sent", binds=len(result.bind_requests))
+        result = attrs.evolve(result, bind_requests=(), stopped=True)
     for request in result.bind_requests:
         cache.assume(request.task.uid, request.node_name, request.task.allocation)
     outcomes: dict[str, BindOutcome] = {}
     limiter = anyio.CapacityLimiter(max(1, bind_concurrency))
-    async with anyio.create_task_group() as group:
-        for request in result.bind_requests:
-            group.start_soon(_bind_one, request, cache, binder, reporter, limiter, bind_timeout_s, outcomes)
-        for entry in result.unschedulable:
-            group.start_soon(_report_unschedulable, entry, reporter, limiter)
-        for update in result.job_updates:
-            group.start_soon(_report_job, update, reporter, limiter)
+    with anyio.CancelScope() as sending:
+        async with anyio.create_task_group() as watch:
+            if stop is not None:
+                watch.start_soon(_limit_to_grace, stop, sending, shutdown_grace_s)
+            async with anyio.create_task_group() as group:
+                for request in result.bind_requests:
+                    group.start_soon(
+                        _bind_one, request, cache, binder, reporter, limiter, bind_timeout_s, outcomes, stopping
+                    )
+                for entry in result.unschedulable:
+                    group.start_soon(_report_unschedulable, entry, reporter, limiter, stopping)
+                for update in result.job_updates:
+                    group.start_soon(_report_job, update, reporter, limiter, stopping)
+            watch.cancel_scope.cancel()
+    if sending.cancelled_caught:
+        unanswered = len(result.bind_requests) - len(outcomes)
+        _log.warning("shutdown grace over; binds in flight abandoned", grace=shutdown_grace_s, binds=unanswered)
     for eviction in result.evictions:
         _log.warning(
             "eviction decided but this scheduler has no evictor; the pod keeps running",
@@ -197,13 +343,26 @@ async def schedule_cycle(
     return CycleResult(result, outcomes, seconds)
 
 
-async def _report_unschedulable(entry: Unschedulable, reporter: ReporterLike, limiter: anyio.CapacityLimiter) -> None:
+async def _limit_to_grace(stop: anyio.Event, sending: anyio.CancelScope, grace_s: float) -> None:
+    await stop.wait()
+    sending.deadline = min(sending.deadline, anyio.current_time() + grace_s)
+
+
+async def _report_unschedulable(
+    entry: Unschedulable, reporter: ReporterLike, limiter: anyio.CapacityLimiter, stopping: Callable[[], bool]
+) -> None:
     async with limiter:
+        if stopping():
+            return
         await _report(lambda: reporter.unschedulable(entry.task, entry.message), _log.bind(pod=entry.task.key))
 
 
-async def _report_job(update: JobUpdate, reporter: ReporterLike, limiter: anyio.CapacityLimiter) -> None:
+async def _report_job(
+    update: JobUpdate, reporter: ReporterLike, limiter: anyio.CapacityLimiter, stopping: Callable[[], bool]
+) -> None:
     async with limiter:
+        if stopping():
+            return
         await _report(
             lambda: reporter.job_status(update.job, update.phase, update.message), _log.bind(job=update.job.key)
         )
@@ -221,12 +380,16 @@ async def run_loop(
     bind_concurrency: int = DEFAULT_BIND_CONCURRENCY,
     bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S,
     on_cycle: Callable[[CycleResult], None] | None = None,
+    backoff: PodBackoff | None = None,
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
 ) -> int:
     """Run a cycle every period (measured start to start) until `stop` is set; the config is
     read afresh each cycle so a reload takes effect at the next one. A cycle that fails is logged
-    and the loop goes on. Returns the number of cycles run."""
+    and the loop goes on. Pods whose plugins raised sit out their backoff. Returns the number of
+    cycles run."""
     if not math.isfinite(period_s) or period_s <= 0:
         raise ValueError(f"schedule period must be a positive number of seconds, got {period_s!r}")
+    pod_backoff = backoff if backoff is not None else PodBackoff()
     cycles = 0
     while not stop.is_set():
         started = time.monotonic()
@@ -239,10 +402,15 @@ async def run_loop(
                 reporter,
                 bind_concurrency=bind_concurrency,
                 bind_timeout_s=bind_timeout_s,
+                stop=stop,
+                shutdown_grace_s=shutdown_grace_s,
+                held_back=pod_backoff.held_back(time.monotonic()),
             )
-        except Exception:  # one bad cycle (a plugin bug, a bad config) must not stop scheduling
+        except Exception:  # one bad cycle (a plugin that cannot open, a bad config) must not stop scheduling
             _log.exception("scheduling cycle failed")
         else:
+            if not result.session.stopped:
+                pod_backoff.record(result.session, time.monotonic())
             if on_cycle is not None:
                 on_cycle(result)
         cycles += 1

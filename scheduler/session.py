@@ -8,7 +8,7 @@ spelled out on each evaluation method.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -21,7 +21,14 @@ from numasched.api.task import TaskInfo, TaskStatus
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.arguments import Arguments
 from numasched.scheduler.plugin import Plugin
-from numasched.scheduler.status import SUCCESS, Status, ValidateResult, fit_error_summary
+from numasched.scheduler.status import (
+    SUCCESS,
+    PluginFault,
+    Status,
+    ValidateResult,
+    describe_exception,
+    fit_error_summary,
+)
 
 if TYPE_CHECKING:
     from numasched.cache.binder import BindRequest
@@ -29,6 +36,26 @@ if TYPE_CHECKING:
     from numasched.scheduler.statement import Eviction, Statement
 
 _log = structlog.get_logger(__name__)
+
+# Extension point names, as Volcano's configuration and the plugin error metric spell them.
+POINT_PRE_PREDICATE = "prePredicate"
+POINT_PREDICATE = "predicate"
+POINT_NODE_ORDER = "nodeOrder"
+POINT_BATCH_NODE_ORDER = "batchNodeOrder"
+POINT_BEST_NODE = "bestNode"
+POINT_JOB_ORDER = "jobOrder"
+POINT_TASK_ORDER = "taskOrder"
+POINT_JOB_READY = "jobReady"
+POINT_JOB_PIPELINED = "jobPipelined"
+POINT_JOB_VALID = "jobValid"
+POINT_JOB_ENQUEUEABLE = "jobEnqueueable"
+POINT_ALLOCATABLE = "allocatable"
+POINT_PREEMPTABLE = "preemptable"
+POINT_RECLAIMABLE = "reclaimable"
+POINT_ALLOCATE_EVENT = "allocateEvent"
+POINT_DEALLOCATE_EVENT = "deallocateEvent"
+POINT_SESSION_OPEN = "onSessionOpen"
+POINT_SESSION_CLOSE = "onSessionClose"
 
 PredicateFn = Callable[[TaskInfo, NodeInfo], Status]
 PrePredicateFn = Callable[[TaskInfo], Status]
@@ -81,6 +108,19 @@ class PluginBuildError(RuntimeError):
     """A plugin that could not be built from its configuration."""
 
 
+class PluginOpenError(RuntimeError):
+    """A plugin raised while opening the session: its functions may be half registered and its
+    state half built, so no decision of this session could be trusted; the cycle is dropped."""
+
+    def __init__(self, fault: PluginFault) -> None:
+        super().__init__(fault.message)
+        self.fault = fault
+
+
+def _never_stop() -> bool:
+    return False
+
+
 def _compare_by_creation(first: TaskInfo | JobInfo, second: TaskInfo | JobInfo) -> int:
     if first.creation_timestamp != second.creation_timestamp:
         return -1 if first.creation_timestamp < second.creation_timestamp else 1
@@ -90,7 +130,15 @@ def _compare_by_creation(first: TaskInfo | JobInfo, second: TaskInfo | JobInfo) 
 
 
 class Session:
-    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, registry: Registry) -> None:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        config: SchedulerConfig,
+        registry: Registry,
+        *,
+        should_stop: Callable[[], bool] = _never_stop,
+        held_back: Mapping[str, str] | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.config = config
         self.registry = registry
@@ -114,6 +162,21 @@ class Session:
         self._preemptable_fns: dict[str, EvictableFn] = {}
         self._reclaimable_fns: dict[str, EvictableFn] = {}
         self.event_handlers: list[EventHandler] = []
+        # The plugin that registered each event handler (same index), to name it in a fault.
+        self.event_handler_plugins: list[str] = []
+        # The plugin whose on_session_open is running, so registrations know their owner.
+        self._opening = ""
+
+        # Asked between jobs and between tasks: once it says yes, actions decide nothing more.
+        self.should_stop = should_stop
+        # Task uid -> why it sits this session out (backing off after plugin errors).
+        self.held_back: Mapping[str, str] = held_back or {}
+        # Plugin exceptions of this session: every distinct (plugin, point, subject) once.
+        self.plugin_faults: dict[tuple[str, str, str], PluginFault] = {}
+        # The first fault per task uid and per job uid: that task (or every task of that job)
+        # fails this session with it.
+        self.task_faults: dict[str, PluginFault] = {}
+        self.job_faults: dict[str, PluginFault] = {}
 
         # task uid -> node name -> why the task did not fit there.
         self.fit_errors: dict[str, dict[str, list[Status]]] = {}
@@ -146,11 +209,21 @@ class Session:
                 except (TypeError, ValueError, KeyError) as error:
                     raise PluginBuildError(f"plugin {option.name}: cannot be built: {error}") from error
                 self.plugins[option.name] = plugin
-                plugin.on_session_open(self)
+                self._opening = option.name
+                try:
+                    plugin.on_session_open(self)
+                except Exception as error:
+                    raise PluginOpenError(self.record_fault(option.name, POINT_SESSION_OPEN, error)) from error
+                finally:
+                    self._opening = ""
 
     def close(self) -> None:
-        for plugin in self.plugins.values():
-            plugin.on_session_close(self)
+        """Let every plugin close; one that raises is recorded and the others still close."""
+        for name, plugin in self.plugins.items():
+            try:
+                plugin.on_session_close(self)
+            except Exception as error:
+                self.record_fault(name, POINT_SESSION_CLOSE, error)
 
     def pending_tasks(self) -> list[TaskInfo]:
         return [task for job in self.jobs.values() for task in job.tasks.values() if task.status is TaskStatus.PENDING]
@@ -238,62 +311,141 @@ class Session:
 
     def add_event_handler(self, handler: EventHandler) -> None:
         self.event_handlers.append(handler)
+        self.event_handler_plugins.append(self._opening)
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def record_fault(
+        self,
+        plugin: str,
+        point: str,
+        error: BaseException,
+        *,
+        task: TaskInfo | None = None,
+        job: JobInfo | None = None,
+    ) -> PluginFault:
+        """Note that `plugin` raised at `point` about a task or a job (or neither, for an order
+        between two); the first fault of a task or job is the one it fails with."""
+        subject = task.key if task is not None else job.key if job is not None else ""
+        key = (plugin, point, subject)
+        fault = self.plugin_faults.get(key)
+        if fault is None:
+            fault = PluginFault(plugin, point, describe_exception(error), subject)
+            self.plugin_faults[key] = fault
+            _log.warning(
+                "plugin raised; its task fails this cycle, the others go on",
+                plugin=plugin,
+                extension_point=point,
+                subject=subject or None,
+                error=fault.error,
+                exc_info=error,
+            )
+        if task is not None:
+            self.task_faults.setdefault(task.uid, fault)
+        if job is not None:
+            self.job_faults.setdefault(job.uid, fault)
+        return fault
+
+    def fault_of(self, task: TaskInfo) -> PluginFault | None:
+        """The plugin fault this task fails with this session, its own or its job's."""
+        if not self.task_faults and not self.job_faults:
+            return None
+        return self.task_faults.get(task.uid) or self.job_faults.get(task.job_id)
+
+    def event_handler_plugin(self, index: int) -> str:
+        plugins = self.event_handler_plugins
+        return plugins[index] if 0 <= index < len(plugins) else ""
 
     # -- evaluation ------------------------------------------------------------------------------
 
+    # Every dispatch below holds its loop in one try: a plugin that raises fails the task (or
+    # job) it was asked about with a PluginFault and an answer that places nothing, and the
+    # session goes on. No wrapper per call: the hot paths pay nothing until something raises.
+
     def pre_predicate(self, task: TaskInfo) -> Status:
         """AND over the plugins (gated by the predicate flag); the first failure is returned."""
-        for name, fn in self._in_order("predicate", self._pre_predicate_fns):
-            status = fn(task)
-            if not status.passed:
-                return status if status.plugin else attrs.evolve(status, plugin=name)
+        name = ""
+        try:
+            for name, fn in self._in_order("predicate", self._pre_predicate_fns):
+                status = fn(task)
+                if not status.passed:
+                    return status if status.plugin else attrs.evolve(status, plugin=name)
+        except Exception as error:
+            return self.record_fault(name, POINT_PRE_PREDICATE, error, task=task).status()
         return SUCCESS
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
-        """AND over the plugins; the first failure is returned, named by its plugin."""
-        for name, fn in self._in_order("predicate", self._predicate_fns):
-            status = fn(task, node)
-            if not status.passed:
-                return status if status.plugin else attrs.evolve(status, plugin=name)
+        """AND over the plugins; the first failure is returned, named by its plugin. A plugin
+        that raises fails the task (an Error status, and a fault the caller stops on)."""
+        name = ""
+        try:
+            for name, fn in self._in_order("predicate", self._predicate_fns):
+                status = fn(task, node)
+                if not status.passed:
+                    return status if status.plugin else attrs.evolve(status, plugin=name)
+        except Exception as error:
+            return self.record_fault(name, POINT_PREDICATE, error, task=task).status()
         return SUCCESS
 
     def node_order(self, task: TaskInfo, node: NodeInfo) -> float:
-        """The sum of the plugins' scores."""
+        """The sum of the plugins' scores; 0 after a plugin raised (the task fails anyway)."""
         total = 0.0
-        for _, fn in self._in_order("nodeOrder", self._node_order_fns):
-            total += fn(task, node)
+        name = ""
+        try:
+            for name, fn in self._in_order("nodeOrder", self._node_order_fns):  # noqa: B007 - named in the fault
+                total += fn(task, node)
+        except Exception as error:
+            self.record_fault(name, POINT_NODE_ORDER, error, task=task)
+            return 0.0
         return total
 
     def batch_node_order(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         """Per node, the sum of the plugins' batch scores."""
         totals: dict[str, float] = {}
-        for _, fn in self._in_order("nodeOrder", self._batch_node_order_fns):
-            for node_name, score in fn(task, nodes).items():
-                totals[node_name] = totals.get(node_name, 0.0) + score
+        name = ""
+        try:
+            for name, fn in self._in_order("nodeOrder", self._batch_node_order_fns):  # noqa: B007 - named in the fault
+                for node_name, score in fn(task, nodes).items():
+                    totals[node_name] = totals.get(node_name, 0.0) + score
+        except Exception as error:
+            self.record_fault(name, POINT_BATCH_NODE_ORDER, error, task=task)
+            return {}
         return totals
 
     def best_node(self, task: TaskInfo, scores: dict[float, list[NodeInfo]]) -> NodeInfo | None:
         """The first plugin, in tier order, that names a node decides."""
-        for _, fn in self._in_order("bestNode", self._best_node_fns):
-            node = fn(task, scores)
-            if node is not None:
-                return node
+        name = ""
+        try:
+            for name, fn in self._in_order("bestNode", self._best_node_fns):  # noqa: B007 - named in the fault
+                node = fn(task, scores)
+                if node is not None:
+                    return node
+        except Exception as error:
+            self.record_fault(name, POINT_BEST_NODE, error, task=task)
         return None
 
     def job_order(self, first: JobInfo, second: JobInfo) -> int:
         """<0 when `first` goes first. The first plugin with an opinion decides; then creation
-        time, then uid."""
-        for _, fn in self._in_order("jobOrder", self._job_order_fns):
-            verdict = fn(first, second)
-            if verdict != 0:
-                return verdict
+        time, then uid. A plugin that raises has no opinion (the order stays total)."""
+        name = ""
+        try:
+            for name, fn in self._in_order("jobOrder", self._job_order_fns):  # noqa: B007 - named in the fault
+                verdict = fn(first, second)
+                if verdict != 0:
+                    return verdict
+        except Exception as error:
+            self.record_fault(name, POINT_JOB_ORDER, error)
         return _compare_by_creation(first, second)
 
     def task_order(self, first: TaskInfo, second: TaskInfo) -> int:
-        for _, fn in self._in_order("taskOrder", self._task_order_fns):
-            verdict = fn(first, second)
-            if verdict != 0:
-                return verdict
+        name = ""
+        try:
+            for name, fn in self._in_order("taskOrder", self._task_order_fns):  # noqa: B007 - named in the fault
+                verdict = fn(first, second)
+                if verdict != 0:
+                    return verdict
+        except Exception as error:
+            self.record_fault(name, POINT_TASK_ORDER, error)
         return _compare_by_creation(first, second)
 
     def sorted_jobs(self, jobs: Iterable[JobInfo]) -> list[JobInfo]:
@@ -303,43 +455,72 @@ class Session:
         return sorted(tasks, key=functools.cmp_to_key(self.task_order))
 
     def job_ready(self, job: JobInfo) -> bool:
-        """Every plugin must agree; with none, a job is ready."""
-        return all(fn(job) for _, fn in self._in_order("jobReady", self._job_ready_fns))
-
-    def _vote(self, point: str, fns: dict[str, JobVoteFn], job: JobInfo) -> bool:
-        """Volcano's tiered vote: a reject anywhere in a tier loses; a permit in a tier with no
-        reject wins; a tier of abstentions passes to the next; all abstain -> yes."""
-        for names in self._tiers(point):
-            permitted = False
-            for name in names:
-                fn = fns.get(name)
-                if fn is None:
-                    continue
-                vote = fn(job)
-                if vote < 0:
+        """Every plugin must agree; with none, a job is ready. A plugin that raises says no."""
+        name = ""
+        try:
+            for name, fn in self._in_order("jobReady", self._job_ready_fns):  # noqa: B007 - named in the fault
+                if not fn(job):
                     return False
-                if vote > 0:
-                    permitted = True
-            if permitted:
-                return True
+        except Exception as error:
+            self.record_fault(name, POINT_JOB_READY, error, job=job)
+            return False
+        return True
+
+    def _vote(self, point: str, fault_point: str, fns: dict[str, JobVoteFn], job: JobInfo) -> bool:
+        """Volcano's tiered vote: a reject anywhere in a tier loses; a permit in a tier with no
+        reject wins; a tier of abstentions passes to the next; all abstain -> yes. A plugin that
+        raises rejects."""
+        name = ""
+        try:
+            for names in self._tiers(point):
+                permitted = False
+                for name in names:
+                    fn = fns.get(name)
+                    if fn is None:
+                        continue
+                    vote = fn(job)
+                    if vote < 0:
+                        return False
+                    if vote > 0:
+                        permitted = True
+                if permitted:
+                    return True
+        except Exception as error:
+            self.record_fault(name, fault_point, error, job=job)
+            return False
         return True
 
     def job_pipelined(self, job: JobInfo) -> bool:
-        return self._vote("jobPipelined", self._job_pipelined_fns, job)
+        return self._vote("jobPipelined", POINT_JOB_PIPELINED, self._job_pipelined_fns, job)
 
     def job_enqueueable(self, job: JobInfo) -> bool:
-        return self._vote("jobEnqueued", self._job_enqueueable_fns, job)
+        return self._vote("jobEnqueued", POINT_JOB_ENQUEUEABLE, self._job_enqueueable_fns, job)
 
     def job_valid(self, job: JobInfo) -> ValidateResult | None:
-        """The first failing result, or None when every plugin passes the job."""
-        for _, fn in self._in_order(_UNGATED, self._job_valid_fns):
-            result = fn(job)
-            if result is not None and not result.passed:
-                return result
+        """The first failing result, or None when every plugin passes the job. A plugin that
+        raises fails it."""
+        name = ""
+        try:
+            for name, fn in self._in_order(_UNGATED, self._job_valid_fns):  # noqa: B007 - named in the fault
+                result = fn(job)
+                if result is not None and not result.passed:
+                    return result
+        except Exception as error:
+            fault = self.record_fault(name, POINT_JOB_VALID, error, job=job)
+            return ValidateResult(False, "PluginError", fault.message)
         return None
 
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        return all(fn(queue, task) for _, fn in self._in_order("allocatable", self._allocatable_fns))
+        """Every plugin must let the queue take the task. A plugin that raises says no."""
+        name = ""
+        try:
+            for name, fn in self._in_order("allocatable", self._allocatable_fns):  # noqa: B007 - named in the fault
+                if not fn(queue, task):
+                    return False
+        except Exception as error:
+            self.record_fault(name, POINT_ALLOCATABLE, error, task=task)
+            return False
+        return True
 
     def _evictable(
         self, point: str, fns: dict[str, EvictableFn], evictor: TaskInfo, evictees: Sequence[TaskInfo]
@@ -347,26 +528,30 @@ class Session:
         """Volcano's victim selection: within a tier the plugins' victims intersect; the first tier
         where a plugin voted decides. An empty answer is a veto that ends the walk: newer Volcano
         lets a later tier decide again, which would let a lower tier pick the very pods that
-        conformance protects."""
-        for names in self._tiers(point):
-            victims: list[TaskInfo] | None = None
-            for name in names:
-                fn = fns.get(name)
-                if fn is None:
-                    continue
-                candidates, vote = fn(evictor, evictees)
-                if vote == 0:
-                    continue
-                if not candidates:
-                    victims = []
-                    break
-                if victims is None:
-                    victims = list(candidates)
-                else:
-                    allowed = {task.uid for task in candidates}
-                    victims = [task for task in victims if task.uid in allowed]
-            if victims is not None:
-                return victims
+        conformance protects. A plugin that raises vetoes."""
+        name = ""
+        try:
+            for names in self._tiers(point):
+                victims: list[TaskInfo] | None = None
+                for name in names:
+                    fn = fns.get(name)
+                    if fn is None:
+                        continue
+                    candidates, vote = fn(evictor, evictees)
+                    if vote == 0:
+                        continue
+                    if not candidates:
+                        victims = []
+                        break
+                    if victims is None:
+                        victims = list(candidates)
+                    else:
+                        allowed = {task.uid for task in candidates}
+                        victims = [task for task in victims if task.uid in allowed]
+                if victims is not None:
+                    return victims
+        except Exception as error:
+            self.record_fault(name, point, error, task=evictor)
         return []
 
     def preemptable(self, evictor: TaskInfo, evictees: Sequence[TaskInfo]) -> list[TaskInfo]:

@@ -12,7 +12,8 @@ from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.binder import BindRequest, binding_annotations
-from numasched.scheduler.session import Event, Session
+from numasched.scheduler.session import POINT_ALLOCATE_EVENT, POINT_DEALLOCATE_EVENT, Event, Session
+from numasched.scheduler.status import PluginFault
 
 __all__ = ["BindRequest", "Eviction", "JobOutcome", "Statement", "settle_job"]
 
@@ -50,17 +51,33 @@ class Statement:
     def __len__(self) -> int:
         return len(self._operations)
 
-    def _fire_allocate(self, task: TaskInfo, node: NodeInfo) -> None:
-        for handler in self.ssn.event_handlers:
-            if handler.allocate is not None:
-                handler.allocate(Event(task, node))
+    def _fire_allocate(self, task: TaskInfo, node: NodeInfo) -> PluginFault | None:
+        """Run every allocate handler; the fault of the first one that raises (the handlers
+        after it are not run)."""
+        handlers = self.ssn.event_handlers
+        index = 0
+        try:
+            for index, handler in enumerate(handlers):  # noqa: B007 - read in the except
+                if handler.allocate is not None:
+                    handler.allocate(Event(task, node))
+        except Exception as error:
+            plugin = self.ssn.event_handler_plugin(index)
+            return self.ssn.record_fault(plugin, POINT_ALLOCATE_EVENT, error, task=task)
+        return None
 
     def _fire_deallocate(self, task: TaskInfo, node: NodeInfo) -> None:
-        for handler in self.ssn.event_handlers:
-            if handler.deallocate is not None:
+        """Run every deallocate handler, even after one raised: each must drop what it holds."""
+        for index, handler in enumerate(self.ssn.event_handlers):
+            if handler.deallocate is None:
+                continue
+            try:
                 handler.deallocate(Event(task, node))
+            except Exception as error:
+                self.ssn.record_fault(self.ssn.event_handler_plugin(index), POINT_DEALLOCATE_EVENT, error, task=task)
 
-    def _place(self, task: TaskInfo, node: NodeInfo, status: TaskStatus, kind: _Kind) -> None:
+    def _place(self, task: TaskInfo, node: NodeInfo, status: TaskStatus, kind: _Kind) -> bool:
+        """Place the task; False, with nothing placed, when an allocate handler raised (the
+        fault is on the session)."""
         if task.status is not TaskStatus.PENDING:
             raise ValueError(f"task {task.key} is {task.status.value}, only a pending task can be placed")
         task.status = status
@@ -73,21 +90,36 @@ class Statement:
         self._operations.append(_Operation(kind, task, node))
         # Handlers run after the node holds the task (as in Volcano); the numa-aware plugin decides
         # task.allocation there, and the node's NUMA ledger must then hold that decision.
-        self._fire_allocate(task, node)
+        fault = self._fire_allocate(task, node)
+        if fault is not None:
+            # Undo this placement alone, as a roll back would: every handler is told, so the
+            # ones that ran before the faulty one (and that one) drop what they recorded; the
+            # ledger holds only what add_task put there, so the task's allocation goes back to
+            # that before the node lets it go.
+            self._operations.pop()
+            task.allocation = accounted
+            node.remove_task(task)
+            self._fire_deallocate(task, node)
+            task.status = TaskStatus.PENDING
+            task.node_name = ""
+            return False
         if task.allocation is not accounted:
             if accounted is not None:
                 node.numa_usage.remove(accounted)
             if task.allocation is not None:
                 node.numa_usage.add(task.allocation)
+        return True
 
-    def allocate(self, task: TaskInfo, node: NodeInfo) -> None:
+    def allocate(self, task: TaskInfo, node: NodeInfo) -> bool:
         """Place a pending task on a node whose idle resources hold it. Predicates are not re-run:
-        the caller has already checked them."""
-        self._place(task, node, TaskStatus.ALLOCATED, _Kind.ALLOCATE)
+        the caller has already checked them. False when a plugin's allocate handler raised: the
+        task is then pending again, and the session holds the fault it fails with."""
+        return self._place(task, node, TaskStatus.ALLOCATED, _Kind.ALLOCATE)
 
-    def pipeline(self, task: TaskInfo, node: NodeInfo) -> None:
-        """Place a pending task on a node that will hold it once releasing tasks are gone."""
-        self._place(task, node, TaskStatus.PIPELINED, _Kind.PIPELINE)
+    def pipeline(self, task: TaskInfo, node: NodeInfo) -> bool:
+        """Place a pending task on a node that will hold it once releasing tasks are gone (False
+        as for allocate)."""
+        return self._place(task, node, TaskStatus.PIPELINED, _Kind.PIPELINE)
 
     def evict(self, task: TaskInfo, reason: str) -> None:
         node = self.ssn.nodes.get(task.node_name)

@@ -40,6 +40,34 @@ SUCCESS = Status()
 
 
 @attrs.frozen(slots=True)
+class PluginFault:
+    """A plugin (or a hint provider it called) raised instead of answering. The task or job it was
+    asked about fails this cycle with this fault; every other one goes on."""
+
+    plugin: str
+    # Volcano's name of the extension point: predicate, nodeOrder, allocateEvent, jobReady, ...
+    extension_point: str
+    error: str
+    # The task or job key the call was about; "" for an ordering between two.
+    subject: str = ""
+
+    @property
+    def message(self) -> str:
+        return f"plugin {self.plugin or '(unknown)'} failed in {self.extension_point}: {self.error}"
+
+    def status(self) -> Status:
+        return Status(StatusCode.ERROR, self.message, self.plugin)
+
+
+def describe_exception(error: BaseException) -> str:
+    """The exception's type and text, cut short: a plugin's message is not trusted to be small."""
+    text = str(error)
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@attrs.frozen(slots=True)
 class ValidateResult:
     """A job validity verdict (Volcano's ValidateResult)."""
 

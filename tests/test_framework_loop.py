@@ -218,14 +218,18 @@ async def test_run_loop_survives_a_failing_cycle() -> None:
 
     def current_config() -> SchedulerConfig:
         calls.append("read")
-        if len(calls) == 2:
-            stop.set()
-            return CONFIG
-        return broken
+        return CONFIG if len(calls) == 2 else broken
 
     with anyio.fail_after(10):
         cycles = await run_loop(
-            cache, current_config, default_registry(), FakeBinder(), FakeReporter(), period_s=0.01, stop=stop
+            cache,
+            current_config,
+            default_registry(),
+            FakeBinder(),
+            FakeReporter(),
+            period_s=0.01,
+            stop=stop,
+            on_cycle=lambda result: stop.set(),
         )
     assert cycles == 2
     assert cache.assumed == {"a": "n0"}

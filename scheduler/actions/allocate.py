@@ -28,7 +28,7 @@ from numasched.api.task import TaskInfo
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
 from numasched.scheduler.session import Session
 from numasched.scheduler.statement import JobOutcome, Statement, settle_job
-from numasched.scheduler.status import Status
+from numasched.scheduler.status import Status, StatusCode
 
 _log = structlog.get_logger(__name__)
 
@@ -163,6 +163,9 @@ def feasible_nodes(
         status = ssn.predicate(task, node)
         if not status.passed:
             failures[node.name] = [status]
+            if status.code is StatusCode.ERROR and ssn.fault_of(task) is not None:
+                # A plugin raised for this task: it fails this cycle, no need to try the others.
+                break
             continue
         passing.append(node)
         if len(passing) >= wanted:
@@ -176,7 +179,8 @@ def feasible_nodes(
 
 def choose_node(ssn: Session, task: TaskInfo, candidates: list[NodeInfo]) -> NodeInfo:
     """A best-node plugin's choice, else the highest total score; ties go to the smallest name
-    so the same cluster always gets the same placement."""
+    so the same cluster always gets the same placement. (After a scoring plugin raised the
+    caller finds the fault on the session and places nothing.)"""
     batch = ssn.batch_node_order(task, candidates)
     by_score: dict[float, list[NodeInfo]] = {}
     for node in candidates:
@@ -186,6 +190,21 @@ def choose_node(ssn: Session, task: TaskInfo, candidates: list[NodeInfo]) -> Nod
     if chosen is not None:
         return chosen
     return min(by_score[max(by_score)], key=lambda node: node.name)
+
+
+def schedulable_pending(ssn: Session, job: JobInfo, *, best_effort: bool) -> list[TaskInfo]:
+    """The job's pending tasks of the kind, in task order, but those held back this session
+    (backing off after plugin errors): they get why, and are not tried."""
+    tasks = []
+    for task in job.pending_tasks():
+        if task.best_effort is not best_effort:
+            continue
+        held = ssn.held_back.get(task.uid)
+        if held is not None:
+            task.fit_error = held
+            continue
+        tasks.append(task)
+    return ssn.sorted_tasks(tasks)
 
 
 def _mark_pending(job: JobInfo, message: str) -> None:
@@ -228,6 +247,11 @@ class AllocateAction:
         for queue_name in sorted(by_queue):
             queue = ssn.queues.get(queue_name) or QueueInfo(queue_name)
             for job in ssn.sorted_jobs(by_queue[queue_name]):
+                if ssn.should_stop():
+                    # Shutting down or no longer leading: decide nothing more; what was decided
+                    # for the jobs before this one stands.
+                    _log.info("allocate stopped before deciding every job", job=job.key)
+                    return
                 if not any(not task.best_effort for task in job.pending_tasks()):
                     continue
                 if queue.state != QUEUE_OPEN:
@@ -245,13 +269,19 @@ class AllocateAction:
     def _allocate_job(
         self, ssn: Session, queue: QueueInfo, job: JobInfo, nodes: list[NodeInfo], nodes_to_find: int
     ) -> None:
-        pending = [task for task in ssn.sorted_tasks(job.pending_tasks()) if not task.best_effort]
-        best_effort_pending = len(job.pending_tasks()) - len(pending)
+        pending = schedulable_pending(ssn, job, best_effort=False)
+        best_effort_pending = sum(1 for task in job.pending_tasks() if task.best_effort)
         statement = Statement(ssn)
         failures: list[TaskInfo] = []
         for index, task in enumerate(pending):
+            if ssn.should_stop():
+                # Mid-job: the job's placements so far are rolled back, none is bound.
+                _log.info("allocate stopped inside a job; its placements are rolled back", job=job.key)
+                statement.discard()
+                return
             if not ssn.allocatable(queue, task):
-                task.fit_error = f"queue {queue.name} cannot take this task now"
+                fault = ssn.fault_of(task)
+                task.fit_error = fault.message if fault else f"queue {queue.name} cannot take this task now"
                 failures.append(task)
                 continue
             pre = ssn.pre_predicate(task)
@@ -260,14 +290,17 @@ class AllocateAction:
                 failures.append(task)
             else:
                 candidates = feasible_nodes(ssn, task, nodes, check_resources=True, nodes_to_find=nodes_to_find)
-                if candidates:
+                if candidates and ssn.fault_of(task) is None:
                     node = choose_node(ssn, task, candidates)
-                    if task.init_resreq.fits_in(node.idle):
-                        statement.allocate(task, node)
-                    else:
-                        statement.pipeline(task, node)
-                    continue
-                task.fit_error = ssn.fit_error_message(task)
+                    if ssn.fault_of(task) is None:
+                        if task.init_resreq.fits_in(node.idle):
+                            held = statement.allocate(task, node)
+                        else:
+                            held = statement.pipeline(task, node)
+                        if held:
+                            continue
+                fault = ssn.fault_of(task)
+                task.fit_error = fault.message if fault is not None else ssn.fit_error_message(task)
                 failures.append(task)
             # Keep going only while the gang can still be met by the tasks left to try.
             remaining = len(pending) - index - 1 + best_effort_pending

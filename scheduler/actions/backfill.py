@@ -3,7 +3,7 @@ predicates pass; they take no resources, so no scoring and no waiting (Volcano).
 
 from __future__ import annotations
 
-from numasched.scheduler.actions.allocate import feasible_nodes
+from numasched.scheduler.actions.allocate import feasible_nodes, schedulable_pending
 from numasched.scheduler.actions.enqueue import is_pending
 from numasched.scheduler.session import Session
 from numasched.scheduler.statement import Statement, settle_job
@@ -15,7 +15,9 @@ class BackfillAction:
     def execute(self, ssn: Session) -> None:
         nodes = sorted(ssn.nodes.values(), key=lambda node: node.name)
         for job in ssn.sorted_jobs(ssn.jobs.values()):
-            best_effort = [task for task in ssn.sorted_tasks(job.pending_tasks()) if task.best_effort]
+            if ssn.should_stop():
+                return
+            best_effort = schedulable_pending(ssn, job, best_effort=True)
             if not best_effort or is_pending(job):
                 continue
             verdict = ssn.job_valid(job)
@@ -32,11 +34,13 @@ class BackfillAction:
                 placed = False
                 for node in nodes:
                     if feasible_nodes(ssn, task, [node], check_resources=False):
-                        statement.allocate(task, node)
-                        placed = True
+                        placed = statement.allocate(task, node)
+                        break
+                    if ssn.fault_of(task) is not None:
                         break
                 if not placed:
-                    task.fit_error = ssn.fit_error_message(task)
+                    fault = ssn.fault_of(task)
+                    task.fit_error = fault.message if fault is not None else ssn.fit_error_message(task)
             settle_job(ssn, job, statement)
             for task in job.pending_tasks():
                 if task.best_effort and not task.fit_error:

@@ -24,6 +24,8 @@ class EnqueueAction:
 
     def execute(self, ssn: Session) -> None:
         for job in ssn.sorted_jobs(job for job in ssn.jobs.values() if is_pending(job)):
+            if ssn.should_stop():
+                return
             queue = ssn.queue_of(job)
             if queue.state != QUEUE_OPEN:
                 continue
