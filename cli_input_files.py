@@ -52,8 +52,13 @@ def check_yaml_stream(text: str, source: str) -> None:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = error.problem or error.context or "cannot parse"
         raise InputFileError(source, f"not YAML{where}: {problem}") from None
+    except yaml.reader.ReaderError as error:
+        # A character YAML forbids (a control character); its message spans lines, ours does not.
+        line = text.count("\n", 0, error.position) + 1
+        reason = f"not YAML at line {line}: character #x{error.character:02x} is not allowed"
+        raise InputFileError(source, reason) from None
     except yaml.YAMLError as error:
-        raise InputFileError(source, f"not YAML: {error}") from None
+        raise InputFileError(source, f"not YAML: {' '.join(str(error).split())}") from None
 
 
 def read_yaml_file(path: Path) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from numasched.cli import main
+from numasched.cli_exit_codes import EXIT_CONFIG
 
 MINI_CONFIG = """\
 actions: "enqueue, allocate, backfill"
@@ -130,7 +131,7 @@ def test_simulate_places_reports_and_skips_bad_objects(tmp_path: Path, capsys: p
 def test_simulate_reports_a_bad_config_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "bad.conf"
     config.write_text('actions: "allocate"\ntiers:\n- plugins:\n  - name: no-such-plugin\n')
-    assert main(["simulate", "--config", str(config)]) == 2
+    assert main(["simulate", "--config", str(config)]) == EXIT_CONFIG
     error = capsys.readouterr().err
     assert "bad.conf line 4" in error and "no-such-plugin" in error
 
