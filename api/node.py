@@ -11,6 +11,7 @@ counts are kept apart (NodeInfo.unknown_holders), since they could sit on any id
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import attrs
@@ -18,8 +19,8 @@ import attrs
 from numasched.api.allocation import PodAllocation
 from numasched.api.idset import IdSet
 from numasched.api.resource import Resource
-from numasched.api.task import TaskInfo, TaskStatus
-from numasched.api.topology import NumaTopology
+from numasched.api.task import QosClass, TaskInfo, TaskStatus
+from numasched.api.topology import CpuManagerPolicy, NumaTopology
 
 
 @attrs.frozen(slots=True)
@@ -68,6 +69,63 @@ class NumaUsage:
             {resource: dict(per_numa) for resource, per_numa in self.memory.items()},
             self.version,
         )
+
+
+def _whole_cpus(milli_cpu: float) -> int:
+    """The CPU count when a request is a positive whole number of CPUs, else 0."""
+    rounded = round(milli_cpu)
+    if rounded <= 0 or abs(milli_cpu - rounded) > 1e-6 or rounded % 1000 != 0:
+        return 0
+    return rounded // 1000
+
+
+def exclusive_cpus(task: TaskInfo) -> int:
+    """CPUs a static CPU manager pins for the pod at most: Guaranteed QoS, containers with a whole
+    CPU count; the larger of its init phase (sidecars plus the largest init container) and its
+    steady state (app containers plus sidecars)."""
+    if task.qos is not QosClass.GUARANTEED:
+        return 0
+    by_init = by_sidecars = by_apps = 0
+    for container in task.containers:
+        cpus = _whole_cpus(container.requests.milli_cpu)
+        if container.init and container.sidecar:
+            by_sidecars += cpus
+        elif container.init:
+            by_init = max(by_init, by_sidecars + cpus)
+        else:
+            by_apps += cpus
+    return max(by_init, by_apps + by_sidecars)
+
+
+def pinned_holdings(task: TaskInfo, topology: NumaTopology) -> dict[str, int]:
+    """What a pod on this node holds by id, per resource: exclusive CPUs ("cpu") where the CPU
+    manager is static, and whole devices of every resource the topology lists."""
+    holdings: dict[str, int] = {}
+    if topology.policies.cpu_manager_policy is CpuManagerPolicy.STATIC:
+        cpus = exclusive_cpus(task)
+        if cpus:
+            holdings["cpu"] = cpus
+    for resource in topology.devices:
+        amount = task.init_resreq.scalars.get(resource, 0.0)
+        if amount > 0:
+            holdings[resource] = math.ceil(amount / 1000 - 1e-9)
+    return holdings
+
+
+def unknown_part(holdings: Mapping[str, int], allocation: PodAllocation | None) -> dict[str, int]:
+    """Of what a pod holds, how much no known allocation names: per resource, the holding minus
+    the ids its allocation gives (nothing is known without an allocation)."""
+    unknown: dict[str, int] = {}
+    for resource, count in holdings.items():
+        if allocation is None:
+            known = 0
+        elif resource == "cpu":
+            known = len(allocation.cpus())
+        else:
+            known = len(allocation.devices(resource))
+        if count > known:
+            unknown[resource] = count - known
+    return unknown
 
 
 @attrs.frozen(slots=True)

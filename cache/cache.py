@@ -15,12 +15,13 @@ from typing import Any
 import attrs
 import structlog
 
-from numasched.api.allocation import PodAllocation
+from numasched.api.allocation import PodAllocation, ReportedAllocations
 from numasched.api.job import JobInfo
-from numasched.api.node import NodeInfo
+from numasched.api.node import NodeInfo, UnknownHolder, pinned_holdings, unknown_part
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
-from numasched.api.task import TaskInfo, TaskStatus
+from numasched.api.task import QosClass, TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology
+from numasched.cache import convert_topology
 from numasched.cache.convert_pod import (
     ConversionError,
     bound_pod_allocation,
@@ -31,8 +32,9 @@ from numasched.cache.convert_pod import (
     priority_class_value,
     queue_to_queue_info,
 )
-from numasched.cache.convert_topology import nrt_to_topology, numatopology_to_topology, reported_pod_allocations
-from numasched.cache.events import EventType, ObjectEvent, object_name
+from numasched.cache.convert_topology import nrt_to_topology, numatopology_to_topology
+from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent, object_key, object_name
+from numasched.cache.pod_fingerprint import pods_fingerprint
 
 log = structlog.get_logger("numasched.cache")
 
@@ -59,9 +61,61 @@ class _Assumption:
 
 @attrs.frozen(slots=True)
 class _TopologyRecord:
+    kind: str
     topology: NumaTopology | None
     error: str
-    reported: dict[str, PodAllocation]
+    reported: ReportedAllocations = attrs.field(factory=ReportedAllocations)
+
+
+def pod_allocation_report(obj: Mapping[str, Any]) -> ReportedAllocations:
+    """What a Numatopology says its pods hold, and which pods it accounts for.
+
+    The converter gives it as ReportedAllocations (pod_allocation_report); an older converter gave
+    only the per-pod allocations, keyed by uid and namespace/name, every one of them accounted.
+    """
+    report = getattr(convert_topology, "pod_allocation_report", None)
+    if callable(report):
+        result = report(obj)
+        if isinstance(result, ReportedAllocations):
+            return result
+    legacy = getattr(convert_topology, "reported_pod_allocations", None)
+    if callable(legacy):
+        allocations = legacy(obj)
+        if isinstance(allocations, Mapping):
+            return ReportedAllocations(dict(allocations), frozenset(str(key) for key in allocations))
+    return ReportedAllocations()
+
+
+def capacity_mismatch(topology: NumaTopology, node: NodeInfo) -> str:
+    """Why a topology cannot describe this Node (more CPUs than its capacity, a device count other
+    than its capacity of that resource), or "" when it can. A topology naming CPUs or devices the
+    node does not have would hand them out."""
+    capacity_cpus = node.capacity.milli_cpu / 1000
+    if node.capacity.milli_cpu > 0 and len(topology.cpus) > capacity_cpus:
+        return (
+            f"the topology lists {len(topology.cpus)} CPUs, more than Node {node.name} status.capacity.cpu "
+            f"{capacity_cpus:g}; its NUMA topology is not used"
+        )
+    for resource, group in sorted(topology.devices.items()):
+        if resource not in node.capacity.scalars:
+            continue
+        capacity = node.capacity.scalars[resource] / 1000
+        if len(group.devices) != capacity:
+            return (
+                f"the topology lists {len(group.devices)} {resource} devices, Node {node.name} "
+                f"status.capacity[{resource}] is {capacity:g}; its NUMA topology is not used"
+            )
+    return ""
+
+
+@attrs.frozen(slots=True)
+class _Candidate:
+    """A bound task that holds pinned CPUs or devices on a node with topology."""
+
+    node: NodeInfo
+    task: TaskInfo
+    holdings: dict[str, int]
+    accounted: bool
 
 
 class Cache:
@@ -80,8 +134,14 @@ class Cache:
         self._numatopologies: dict[str, _TopologyRecord] = {}
         self._nrts: dict[str, _TopologyRecord] = {}
         self._assumed: dict[str, _Assumption] = {}
+        # Nodes whose topology contradicts the Node's capacity: the reason, by node name.
+        self._rejections: dict[str, str] = {}
+        # Per node with a published pods fingerprint: the pod set last checked and whether it matched.
+        self._fingerprint_checks: dict[str, tuple[frozenset[tuple[str, str]], str, bool]] = {}
         # Problems currently standing, by (kind, name): shown by simulate and cleared on a fix.
         self.problems: dict[tuple[str, str], str] = {}
+        # Objects read with a warning (a namespace on a cluster-scoped kind), by (kind, name).
+        self.warnings: dict[tuple[str, str], str] = {}
         self._handlers = self._handler_table()
 
     # ---- events -------------------------------------------------------------------------------
@@ -91,14 +151,16 @@ class Cache:
         if handler is None:
             self._problem(event.kind, object_name(event.obj), f"unknown kind {event.kind!r}; skipped")
             return
-        name = object_name(event.obj)
+        name = object_key(event.kind, event.obj)
         key = self._key(event.kind, event.obj)
         if event.type is EventType.DELETED:
             self._raw[event.kind].pop(key, None)
             self.problems.pop((event.kind, name), None)
+            self.warnings.pop((event.kind, name), None)
             handler(key, None)
             return
         self.problems.pop((event.kind, name), None)
+        self._warn_namespace(event.kind, name, event.obj)
         try:
             handler(key, event.obj)
         except ConversionError as error:
@@ -136,7 +198,20 @@ class Cache:
             metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
             if isinstance(metadata, Mapping) and metadata.get("uid"):
                 return str(metadata["uid"])
-        return object_name(obj)
+        return object_key(kind, obj)
+
+    def _warn_namespace(self, kind: str, name: str, obj: Mapping[str, Any]) -> None:
+        """A cluster-scoped object carrying metadata.namespace (as some upstream examples do) is
+        read under its name alone, so it still matches its node; the namespace is reported."""
+        metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+        namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+        if kind not in CLUSTER_SCOPED_KINDS or not namespace:
+            self.warnings.pop((kind, name), None)
+            return
+        message = f"metadata.namespace {str(namespace)!r} ignored: {kind} is cluster-scoped"
+        if self.warnings.get((kind, name)) != message:
+            log.warning("object read with a warning", kind=kind, object=name, warning=message)
+        self.warnings[(kind, name)] = message
 
     def _problem(self, kind: str, name: str, message: str) -> None:
         self.problems[(kind, name)] = message
@@ -165,8 +240,10 @@ class Cache:
     def _on_node(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
             self._nodes.pop(key, None)
-            return
-        self._nodes[key] = node_to_node_info(obj)
+            self._fingerprint_checks.pop(key, None)
+        else:
+            self._nodes[key] = node_to_node_info(obj)
+        self._check_capacity(key)
 
     def _on_pod_group(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
@@ -192,23 +269,44 @@ class Cache:
             self._numatopologies.pop(key, None)
         else:
             self._numatopologies[key] = self._topology_record("Numatopology", key, obj)
+        self._check_capacity(key)
 
     def _on_nrt(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
             self._nrts.pop(key, None)
         else:
             self._nrts[key] = self._topology_record("NodeResourceTopology", key, obj)
+        self._check_capacity(key)
 
     def _topology_record(self, kind: str, key: str, obj: Mapping[str, Any]) -> _TopologyRecord:
-        """A topology that does not convert leaves its node schedulable without NUMA awareness."""
+        """A topology that does not convert leaves its node without usable topology (the
+        numa-aware plugin's unknown-topology argument decides what may still go there)."""
         try:
             if kind == "Numatopology":
                 topology = numatopology_to_topology(obj, lambda message: self._problem(kind, key, message))
-                return _TopologyRecord(topology, "", reported_pod_allocations(obj))
-            return _TopologyRecord(nrt_to_topology(obj), "", {})
+                return _TopologyRecord(kind, topology, "", pod_allocation_report(obj))
+            return _TopologyRecord(kind, nrt_to_topology(obj), "")
         except ConversionError as error:
             self._problem(kind, key, error.message)
-            return _TopologyRecord(None, f"{kind} {key}: {error.message}", {})
+            return _TopologyRecord(kind, None, f"{kind} {key}: {error.message}")
+
+    def _check_capacity(self, node_name: str) -> None:
+        """Reject (for as long as it lasts) a topology that contradicts its Node's capacity."""
+        record = self._topology_for(node_name)
+        node = self._nodes.get(node_name)
+        message = ""
+        if record is not None and record.topology is not None and node is not None:
+            message = capacity_mismatch(record.topology, node)
+        previous = self._rejections.pop(node_name, "")
+        if not message:
+            for kind in ("Numatopology", "NodeResourceTopology"):
+                if previous and self.problems.get((kind, node_name)) == previous:
+                    del self.problems[(kind, node_name)]
+            return
+        assert record is not None
+        self._rejections[node_name] = message
+        if message != previous or self.problems.get((record.kind, node_name)) != message:
+            self._problem(record.kind, node_name, message)
 
     # ---- assumptions --------------------------------------------------------------------------
 
@@ -230,7 +328,31 @@ class Cache:
         return task.scheduler_name in self.scheduler_names
 
     def _topology_for(self, node_name: str) -> _TopologyRecord | None:
-        return self._numatopologies.get(node_name) or self._nrts.get(node_name)
+        """The node's Numatopology, else its NodeResourceTopology; a usable one before a broken one."""
+        numatopology = self._numatopologies.get(node_name)
+        nrt = self._nrts.get(node_name)
+        if numatopology is not None and (numatopology.topology is not None or nrt is None):
+            return numatopology
+        return nrt if nrt is not None and (nrt.topology is not None or numatopology is None) else numatopology
+
+    def _usable_topology(self, node_name: str) -> tuple[_TopologyRecord | None, NumaTopology | None, str]:
+        """The record, the topology the scheduler may use, and why there is none ("" = missing)."""
+        record = self._topology_for(node_name)
+        if record is None:
+            return None, None, ""
+        rejection = self._rejections.get(node_name)
+        if rejection is not None:
+            return record, None, f"{record.kind} {node_name}: {rejection}"
+        return record, record.topology, record.error
+
+    def nodes_without_topology(self) -> dict[str, str]:
+        """Nodes the numa-aware plugin cannot align on: "missing", or "rejected: why"."""
+        result: dict[str, str] = {}
+        for name in sorted(self._nodes):
+            _, topology, error = self._usable_topology(name)
+            if topology is None:
+                result[name] = f"rejected: {error}" if error else "missing"
+        return result
 
     def snapshot(self) -> ClusterSnapshot:
         """A copy the session may change freely: nodes with their tasks accounted, jobs, queues."""
@@ -240,13 +362,16 @@ class Cache:
         )
         if "default" not in snapshot.queues:
             snapshot.queues["default"] = QueueInfo("default")
+        records: dict[str, _TopologyRecord] = {}
         for name, base in self._nodes.items():
             node = base.clone()
-            record = self._topology_for(name)
-            if record is not None:
-                node.topology = record.topology
-                node.topology_error = record.error
+            record, topology, error = self._usable_topology(name)
+            node.topology = topology
+            node.topology_error = error
+            if record is not None and topology is not None:
+                records[name] = record
             snapshot.nodes[name] = node
+        candidates: dict[str, list[_Candidate]] = {}
         for group_key, group in self._pod_groups.items():
             snapshot.jobs[group_key] = attrs.evolve(group, tasks={})
         for uid, stored in self._tasks.items():
@@ -259,18 +384,53 @@ class Cache:
                 task.status = TaskStatus.BINDING
                 task.allocation = assumption.allocation
             if task.node_name:
-                record = self._topology_for(task.node_name)
+                record = records.get(task.node_name)
+                accounted = False
                 if record is not None:
                     # What the node reports it actually assigned wins over our annotation.
-                    reported = record.reported.get(uid) or record.reported.get(task.key)
+                    reported = record.reported.for_pod(uid, task.key)
                     if reported is not None:
                         task.allocation = reported
+                    accounted = record.reported.accounts_for(uid, task.key)
                 host = snapshot.nodes.get(task.node_name)
                 if host is not None and task.status not in _FINISHED:
                     host.add_task(task)
+                    if host.topology is not None and (task.qos is QosClass.GUARANTEED or task.init_resreq.scalars):
+                        holdings = pinned_holdings(task, host.topology)
+                        if holdings:
+                            candidates.setdefault(host.name, []).append(_Candidate(host, task, holdings, accounted))
             if self._is_ours(task):
                 self._add_to_job(snapshot, task)
+        for node_name, held in candidates.items():
+            self._mark_unknown_holders(snapshot.nodes[node_name], held)
         return snapshot
+
+    def _mark_unknown_holders(self, node: NodeInfo, held: list[_Candidate]) -> None:
+        """Pods holding pinned CPUs or devices whose ids no source gives, and that the node's
+        report does not account for, become the node's unknown holders (docs/topology.md)."""
+        topology = node.topology
+        assert topology is not None
+        if topology.pods_fingerprint and self._fingerprint_matches(node, topology.pods_fingerprint, held):
+            # The published availability reflects exactly the pods we see there.
+            return
+        for candidate in held:
+            if candidate.accounted:
+                continue
+            unknown = unknown_part(candidate.holdings, candidate.task.allocation)
+            if unknown:
+                node.set_unknown_holder(candidate.task.uid, UnknownHolder(candidate.task.key, unknown))
+
+    def _fingerprint_matches(self, node: NodeInfo, published: str, held: list[_Candidate]) -> bool:
+        """Whether the published pods fingerprint is that of the pods on the node: all of them
+        (method "all") or those with exclusive resources (method "with-exclusive-resources")."""
+        pods = frozenset((task.namespace, task.name) for task in node.tasks.values())
+        checked = self._fingerprint_checks.get(node.name)
+        if checked is not None and checked[0] == pods and checked[1] == published:
+            return checked[2]
+        exclusive = frozenset((c.task.namespace, c.task.name) for c in held)
+        matches = published in (pods_fingerprint(pods), pods_fingerprint(exclusive))
+        self._fingerprint_checks[node.name] = (pods, published, matches)
+        return matches
 
     def _add_to_job(self, snapshot: ClusterSnapshot, task: TaskInfo) -> None:
         job_id, has_group = pod_job_id(task.namespace, task.name, task.annotations)

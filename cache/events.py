@@ -22,6 +22,22 @@ class ObjectEvent:
     obj: Mapping[str, Any]
 
 
+# Kinds whose objects have no namespace: one named like its node, whatever metadata.namespace says.
+CLUSTER_SCOPED_KINDS = frozenset({"Node", "Numatopology", "NodeResourceTopology", "Queue", "PriorityClass"})
+
+
+def object_key(kind: str, obj: Mapping[str, Any]) -> str:
+    """The name the cache knows an object by: namespace/name for namespaced kinds, the name alone
+    for cluster-scoped ones (a stray metadata.namespace there must not hide a topology from its
+    node); never raises on a malformed object."""
+    if kind not in CLUSTER_SCOPED_KINDS:
+        return object_name(obj)
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return "<no metadata>"
+    return str(metadata.get("name") or "<no name>")
+
+
 def object_name(obj: Mapping[str, Any]) -> str:
     """namespace/name or name, for messages; never raises on a malformed object."""
     metadata = obj.get("metadata") if isinstance(obj, Mapping) else None

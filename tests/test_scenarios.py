@@ -77,7 +77,9 @@ def holding(node: str, name: str, gpus: Iterable[str] = (), cpus: str = "") -> d
     allocation = PodAllocation(
         (ContainerAllocation("main", IdSet.parse(cpus), devices={"nvidia.com/gpu": gpu_ids} if gpu_ids else {}),)
     )
-    cpu_count = max(1, len(IdSet.parse(cpus)))
+    # Without pinned CPUs of its own the holder runs in the shared pool (half a CPU): a Guaranteed
+    # pod with whole CPUs and no cpuset would hold CPUs whose ids nobody knows.
+    cpu_count: int | str = len(IdSet.parse(cpus)) or "500m"
     return pod(name, cpu=cpu_count, gpu=len(gpu_ids), node=node, allocation=allocation)
 
 
