@@ -7,6 +7,8 @@ numasched.io/device-topology annotation) and never mutated afterwards: sessions 
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Mapping
 from functools import cached_property
 
 import attrs
@@ -48,6 +50,69 @@ class CpuManagerPolicy(enum.StrEnum):
 # The kubelet refuses to start a topology manager on more NUMA nodes than this unless the
 # max-allowable-numa-nodes policy option raises it.
 DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
+# The kernel's largest NR_CPUS (CONFIG_NR_CPUS_RANGE_END): no machine has a CPU id at or above it.
+MAX_CPU_ID = 8191
+
+PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
+MAX_ALLOWABLE_NUMA_NODES = "max-allowable-numa-nodes"
+# The topology manager policy options the kubelet knows (pkg/kubelet/cm/topologymanager/
+# policy_options.go); it refuses to start on any other name, so a topology naming one does not
+# describe a running kubelet.
+KNOWN_TOPOLOGY_MANAGER_OPTIONS = (PREFER_CLOSEST_NUMA_NODES, MAX_ALLOWABLE_NUMA_NODES)
+
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+_GO_INT = re.compile(r"[+-]?[0-9]+")
+_GO_INT_MAX = (1 << 63) - 1
+
+
+class KubeletOptionError(ValueError):
+    """A kubelet option value the kubelet itself would refuse."""
+
+
+def parse_go_bool(text: str) -> bool:
+    """Go's strconv.ParseBool: exactly these spellings, anything else (e.g. "yes") an error."""
+    if text in _GO_TRUE:
+        return True
+    if text in _GO_FALSE:
+        return False
+    raise KubeletOptionError(f"invalid boolean {text[:40]!r} (Go's strconv.ParseBool: 1, t, true, 0, f, false, ...)")
+
+
+def parse_go_int(text: str) -> int:
+    """Go's strconv.Atoi on a 64-bit kubelet: optional sign, ASCII digits, int64 range."""
+    if len(text) > 24 or not _GO_INT.fullmatch(text):
+        raise KubeletOptionError(f"invalid integer {text[:40]!r}")
+    value = int(text)
+    if not -_GO_INT_MAX - 1 <= value <= _GO_INT_MAX:
+        raise KubeletOptionError(f"integer {text!r} is out of range")
+    return value
+
+
+def check_topology_manager_options(options: Mapping[str, str]) -> None:
+    """Refuse what the kubelet's NewPolicyOptions refuses, naming the option.
+
+    prefer-closest-numa-nodes: strconv.ParseBool; max-allowable-numa-nodes: strconv.Atoi, at least
+    8; any other name: "unknown Topology Manager Policy option" (the kubelet does not start).
+    """
+    for name, value in options.items():
+        if name == PREFER_CLOSEST_NUMA_NODES:
+            try:
+                parse_go_bool(value)
+            except KubeletOptionError as error:
+                raise KubeletOptionError(f"bad value for option {name!r}: {error}") from None
+        elif name == MAX_ALLOWABLE_NUMA_NODES:
+            try:
+                number = parse_go_int(value)
+            except KubeletOptionError as error:
+                raise KubeletOptionError(f"unable to convert policy option to integer {name!r}: {error}") from None
+            if number < DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
+                raise KubeletOptionError(
+                    f"the minimum value of {name!r} should not be less than {DEFAULT_MAX_ALLOWABLE_NUMA_NODES}"
+                )
+        else:
+            known = ", ".join(KNOWN_TOPOLOGY_MANAGER_OPTIONS)
+            raise KubeletOptionError(f"unknown Topology Manager Policy option {name[:60]!r} (known: {known})")
 
 
 @attrs.frozen(slots=True)
@@ -56,17 +121,31 @@ class KubeletPolicies:
     cpu_manager_options: dict[str, str] = attrs.field(factory=dict)
     topology_manager_policy: TopologyPolicy = TopologyPolicy.NONE
     topology_manager_scope: TopologyScope = TopologyScope.CONTAINER
+    # Checked by the converters with check_topology_manager_options; the properties below read
+    # them as the kubelet does and fall back to its defaults for values it would refuse.
     topology_manager_options: dict[str, str] = attrs.field(factory=dict)
     memory_manager_policy: str = "None"
 
     @property
     def max_allowable_numa_nodes(self) -> int:
-        raw = self.topology_manager_options.get("max-allowable-numa-nodes")
-        return int(raw) if raw and raw.isdigit() else DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+        raw = self.topology_manager_options.get(MAX_ALLOWABLE_NUMA_NODES)
+        if raw is None:
+            return DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+        try:
+            value = parse_go_int(raw)
+        except KubeletOptionError:
+            return DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+        return max(value, DEFAULT_MAX_ALLOWABLE_NUMA_NODES)
 
     @property
     def prefer_closest_numa_nodes(self) -> bool:
-        return self.topology_manager_options.get("prefer-closest-numa-nodes", "false").lower() == "true"
+        raw = self.topology_manager_options.get(PREFER_CLOSEST_NUMA_NODES)
+        if raw is None:
+            return False
+        try:
+            return parse_go_bool(raw)
+        except KubeletOptionError:
+            return False
 
 
 @attrs.frozen(slots=True)

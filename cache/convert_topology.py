@@ -1,237 +1,497 @@
 """Topology objects to NumaTopology: Volcano's Numatopology (nodeinfo.volcano.sh/v1alpha1) and
-NodeResourceTopology (topology.node.k8s.io/v1alpha2).
+NodeResourceTopology (topology.node.k8s.io/v1alpha1 and v1alpha2).
 
-Numatopology fields read (Volcano's schema plus additive fields of ours, all optional except
-cpuDetail):
-  spec.policies        {CPUManagerPolicy, TopologyManagerPolicy, TopologyManagerScope,
-                        TopologyManagerPolicyOptions "k=v,k=v", CPUManagerPolicyOptions,
-                        MemoryManagerPolicy}
-  spec.numares         {"cpu": {"allocatable": "<cpuset>", "capacity": n}, "<device>": {...}}
-  spec.cpuDetail       {"<cpu>": {"numa": n, "socket": s, "core": c, "l3": l}}, zero fields omitted
-  spec.gpuDetail       {"<gpu id>": {"numa": n}} (nvidia.com/gpu, Volcano PR #5095)
-  spec.numaDistances   {"<numa>": {"<numa>": distance}} (ours)
-  spec.MemoryDetail    {"<numa>": {"memoryMap": {"memory": {"allocatable": bytes, ...}}}}
-  spec.podAllocations  {"<ns>/<pod>": {"uid": "...", "containers": {...}}} (ours)
-  metadata.annotations["numasched.io/device-topology"]: devices, links, partitions (docs/topology.md)
+Every function here returns a value or raises ConversionError naming the object and the field;
+nothing else escapes, whatever JSON the object holds (docs/topology.md has the full table).
+
+Numatopology, as Volcano's API declares it (volcano.sh/apis pkg/apis/nodeinfo/v1alpha1):
+  spec.policies        map[string]string: CPUManagerPolicy, TopologyManagerPolicy (Volcano's keys);
+                       TopologyManagerScope, TopologyManagerPolicyOptions "k=v,k=v",
+                       CPUManagerPolicyOptions, MemoryManagerPolicy, ReservedSystemCPUs (ours)
+  spec.resReserved     map[string]string of quantities; "cpu" gives the reserved CPU count
+  spec.numares         {"<resource>": {"allocatable": "<free ids>", "capacity": n}}: the FREE ids,
+                       as Volcano's resource-exporter writes them (cpuset for cpu, ids for devices)
+  spec.cpuDetail       {"<cpu>": {"numa", "socket", "core"}} (omitempty: 0 is left out), "l3" ours
+  spec.podAllocations  [{uid, name, namespace, containerAllocations: [{name, allocations:
+                       {"cpu": "<cpuset>", "<resource>": "<quantity>"}}]}]
+Not in Volcano's schema (pruned where Volcano's CRD is installed), still read when present:
+  spec.gpuDetail, spec.MemoryDetail, spec.numaDistances, and the legacy map form of podAllocations.
+Annotations (survive pruning): numasched.io/device-topology (devices, links, partitions) and
+numasched.io/pod-allocations (device ids per pod and container).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
 from typing import Any, TypeVar
 
-from numasched.api.allocation import AllocationError, PodAllocation, allocation_from_mapping
+from numasched.api.allocation import (
+    AllocationError,
+    ContainerAllocation,
+    PodAllocation,
+    ReportedAllocations,
+    allocation_from_mapping,
+)
 from numasched.api.idset import IdSet, IdSetError
 from numasched.api.numamask import MAX_NUMA_ID
-from numasched.api.quantity import QuantityError, parse_integer
+from numasched.api.quantity import QuantityError, parse_quantity
 from numasched.api.topology import (
+    MAX_ALLOWABLE_NUMA_NODES,
+    MAX_CPU_ID,
     CpuInfo,
     CpuManagerPolicy,
     DeviceGroup,
     DeviceInfo,
     DeviceKey,
     DeviceLink,
+    KubeletOptionError,
     KubeletPolicies,
     NumaTopology,
     TopologyPolicy,
     TopologyScope,
+    check_topology_manager_options,
 )
 from numasched.cache.convert_pod import ConversionError, metadata_of
 from numasched.cache.device_topology import DeviceTopologyError, parse_device_topology
+from numasched.plugins.numaaware.providers.cpu_assignment import CpuAssignmentError, take_packed
+from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
 
 DEVICE_TOPOLOGY_ANNOTATION = "numasched.io/device-topology"
+POD_ALLOCATIONS_ANNOTATION = "numasched.io/pod-allocations"
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_NUMA_NODES = MAX_NUMA_ID + 1
+# More devices of one resource than any node carries: beyond it the object is wrong, not big.
+MAX_DEVICES_PER_RESOURCE = 1024
+# Socket, core and cache ids are labels, not sizes; bounded only to keep them machine integers.
+MAX_LABEL_ID = (1 << 32) - 1
+# Largest SLIT distance the kernel reports is 255; NRT costs are int64 but mean the same.
+MAX_DISTANCE = 1 << 16
+# spec.policies key (ours) carrying the kubelet's reservedSystemCPUs exactly, as a cpuset.
+RESERVED_CPUS_POLICY = "ReservedSystemCPUs"
 
-# NodeResourceTopology's legacy topologyPolicies values.
-_NRT_LEGACY_POLICIES = {
-    "SingleNUMANodeContainerLevel": (TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.CONTAINER),
-    "SingleNUMANodePodLevel": (TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.POD),
-    "RestrictedContainerLevel": (TopologyPolicy.RESTRICTED, TopologyScope.CONTAINER),
-    "RestrictedPodLevel": (TopologyPolicy.RESTRICTED, TopologyScope.POD),
+NUMATOPOLOGY = "Numatopology"
+NODE_RESOURCE_TOPOLOGY = "NodeResourceTopology"
+NRT_API_VERSIONS = ("topology.node.k8s.io/v1alpha1", "topology.node.k8s.io/v1alpha2")
+NRT_PODS_FINGERPRINT = "nodeTopologyPodsFingerprint"
+
+# NodeResourceTopology topologyPolicies values (v1alpha1 and v1alpha2 declare the same constants);
+# the plain forms carry no scope and mean the kubelet's default scope, container.
+NRT_POLICIES: Mapping[str, tuple[TopologyPolicy, TopologyScope]] = {
+    "None": (TopologyPolicy.NONE, TopologyScope.CONTAINER),
+    "BestEffort": (TopologyPolicy.BEST_EFFORT, TopologyScope.CONTAINER),
     "BestEffortContainerLevel": (TopologyPolicy.BEST_EFFORT, TopologyScope.CONTAINER),
     "BestEffortPodLevel": (TopologyPolicy.BEST_EFFORT, TopologyScope.POD),
-    "None": (TopologyPolicy.NONE, TopologyScope.CONTAINER),
+    "Restricted": (TopologyPolicy.RESTRICTED, TopologyScope.CONTAINER),
+    "RestrictedContainerLevel": (TopologyPolicy.RESTRICTED, TopologyScope.CONTAINER),
+    "RestrictedPodLevel": (TopologyPolicy.RESTRICTED, TopologyScope.POD),
+    "SingleNUMANode": (TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.CONTAINER),
+    "SingleNUMANodeContainerLevel": (TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.CONTAINER),
+    "SingleNUMANodePodLevel": (TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.POD),
 }
+# v1alpha2 top-level attributes (names as scheduler-plugins' nodeconfig and NFD write them).
+NRT_POLICY_ATTRIBUTE = "topologyManagerPolicy"
+NRT_SCOPE_ATTRIBUTE = "topologyManagerScope"
+NRT_MAX_NUMA_NODES_ATTRIBUTE = "topologyManagerMaxNUMANodes"
+NRT_OPTIONS_ATTRIBUTE = "topologyManagerPolicyOptions"
+NRT_OPTION_PREFIX = "topologyManagerOption"
+NRT_CPU_MANAGER_ATTRIBUTE = "cpuManagerPolicy"
+
+# Resource names in numares / NRT zones that are not devices.
+_NOT_DEVICES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_DEVICE_RANGE = re.compile(r"([0-9]{1,6})-([0-9]{1,6})")
+_QUANTITY_EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)$")
+_MAX_QUANTITY_TEXT = 64
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """A key or value for an error message, quoted and cut short."""
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
 
 
 def _fail(name: str, message: str) -> ConversionError:
-    return ConversionError("Numatopology", name, message)
+    return ConversionError(NUMATOPOLOGY, name, message)
 
 
-def _options(text: Any) -> dict[str, str]:
-    """ "k=v,k2=v2" (or a mapping) into a dict."""
+def _nrt_fail(name: str, message: str) -> ConversionError:
+    return ConversionError(NODE_RESOURCE_TOPOLOGY, name, message)
+
+
+def _is_device(resource: str) -> bool:
+    return resource not in _NOT_DEVICES and not resource.startswith("hugepages-")
+
+
+# -- small typed readers ----------------------------------------------------------------------------
+
+
+def _object(value: Any, fail: Callable[[str], ConversionError], field: str) -> Mapping[str, Any]:
+    """An optional object: None is empty, anything but a JSON object is an error."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise fail(f"{field}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _string(value: Any, fail: Callable[[str], ConversionError], field: str) -> str:
+    if not isinstance(value, str):
+        raise fail(f"{field}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _integer(value: Any, fail: Callable[[str], ConversionError], field: str, limit: int) -> int:
+    """A JSON integer in 0..limit (booleans and floats are not integers)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail(f"{field}: expected an integer, got {_shown(value)}")
+    if value < 0:
+        raise fail(f"{field}: negative value {value}")
+    if value > limit:
+        raise fail(f"{field}: {value} is too large (at most {limit})")
+    return value
+
+
+def _id_key(key: Any, fail: Callable[[str], ConversionError], field: str, limit: int) -> int:
+    """A map key that is a decimal id ("12"): ASCII digits only, at most limit."""
+    if not isinstance(key, str) or not _DIGITS.fullmatch(key):
+        raise fail(f"{field}: key {_shown(key)} is not a decimal id")
+    value = int(key)
+    if value > limit:
+        raise fail(f"{field}: id {value} is too large (at most {limit})")
+    return value
+
+
+def _quantity(value: Any, fail: Callable[[str], ConversionError], field: str) -> Fraction:
+    """A Kubernetes quantity, refused before parsing when too long or of absurd magnitude."""
+    if isinstance(value, str):
+        exponent = _QUANTITY_EXPONENT.search(value.strip())
+        if len(value) > _MAX_QUANTITY_TEXT or (exponent and abs(int(exponent.group(1))) > 30):
+            raise fail(f"{field}: quantity {_shown(value)} is out of range")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > 1 << 63:
+        raise fail(f"{field}: quantity {_shown(value)} is out of range")
+    try:
+        return parse_quantity(value)
+    except QuantityError as error:
+        raise fail(f"{field}: {error}") from None
+    except (ValueError, OverflowError):
+        raise fail(f"{field}: quantity {_shown(value)} is out of range") from None
+
+
+def _count(value: Any, fail: Callable[[str], ConversionError], field: str, limit: int) -> int:
+    """A quantity that counts whole things (CPUs, devices): non-negative, at most limit, rounded down
+    (a fraction of a CPU cannot be held exclusively)."""
+    quantity = _quantity(value, fail, field)
+    if quantity < 0:
+        raise fail(f"{field}: negative quantity {_shown(value)}")
+    whole = math.floor(quantity)
+    if whole > limit:
+        raise fail(f"{field}: {whole} is too many (at most {limit})")
+    return whole
+
+
+def _bytes(value: Any, fail: Callable[[str], ConversionError], field: str) -> int:
+    quantity = _quantity(value, fail, field)
+    if quantity < 0:
+        raise fail(f"{field}: negative quantity {_shown(value)}")
+    return math.ceil(quantity)
+
+
+def _cpuset(text: Any, fail: Callable[[str], ConversionError], field: str, known: IdSet) -> IdSet:
+    """A cpuset string whose CPUs all exist in the topology."""
+    if not isinstance(text, str):
+        raise fail(f"{field}: expected a cpuset string, got {_shown(text)}")
+    try:
+        cpus = IdSet.parse(text, max_id=MAX_CPU_ID)
+    except IdSetError as error:
+        raise fail(f"{field}: {error}") from None
+    unknown = cpus - known
+    if unknown:
+        raise fail(f"{field}: CPUs {unknown.format()} are not in the node's topology")
+    return cpus
+
+
+# -- kubelet policies -------------------------------------------------------------------------------
+
+
+def _options(text: Any, fail: Callable[[str], ConversionError], field: str) -> dict[str, str]:
+    """ "k=v,k2=v2" (the kubelet's flag form) or a string map into a dict; a bare key has value ""."""
     if isinstance(text, Mapping):
-        return {str(k): str(v) for k, v in text.items()}
+        options = {}
+        for key, value in text.items():
+            options[_string(key, fail, f"{field} key")] = _string(value, fail, f"{field}[{_shown(key)}]")
+        return options
     result: dict[str, str] = {}
-    for item in str(text or "").split(","):
+    for item in _string(text if text is not None else "", fail, field).split(","):
         key, _, value = item.partition("=")
         if key.strip():
-            result[key.strip()] = value.strip() or "true"
+            result[key.strip()] = value.strip()
     return result
+
+
+def _topology_options(text: Any, fail: Callable[[str], ConversionError], field: str) -> dict[str, str]:
+    options = _options(text, fail, field)
+    try:
+        check_topology_manager_options(options)
+    except KubeletOptionError as error:
+        raise fail(f"{field}: {error}") from None
+    return options
 
 
 _PolicyEnum = TypeVar("_PolicyEnum", TopologyPolicy, TopologyScope, CpuManagerPolicy)
 
 
-def _enum_value(enum_type: type[_PolicyEnum], raw: Any, default: _PolicyEnum, name: str, field: str) -> _PolicyEnum:
-    if raw in (None, ""):
+def _enum_value(
+    enum_type: type[_PolicyEnum], raw: Any, default: _PolicyEnum, fail: Callable[[str], ConversionError], field: str
+) -> _PolicyEnum:
+    """The kubelet's value for a policy (exact spelling; "" is the kubelet's default)."""
+    if raw is None or raw == "":
         return default
-    text = str(raw).strip()
-    for member in enum_type:
-        if text.lower() == member.value:
-            return member
+    if isinstance(raw, str):
+        for member in enum_type:
+            if raw == member.value:
+                return member
     valid = ", ".join(member.value for member in enum_type)
-    raise _fail(name, f"{field}: unknown value {text!r} (valid: {valid})")
+    raise fail(f"{field}: unknown value {_shown(raw)} (valid: {valid})")
 
 
 def policies_from_map(raw: Mapping[str, Any], name: str) -> KubeletPolicies:
+    """spec.policies of a Numatopology into KubeletPolicies; ConversionError names a bad key."""
+
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    def field(key: str) -> str:
+        return f"spec.policies.{key}"
+
+    # Volcano's resource-exporter copies the kubelet's config verbatim; CPUManagerPolicy is
+    # "static"/"none" there, though a hand-written object may capitalise it: accept any case for
+    # these two names only (no other spelling can mean anything else).
+    cpu_raw = raw.get("CPUManagerPolicy")
+    memory_policy = raw.get("MemoryManagerPolicy")
     return KubeletPolicies(
         cpu_manager_policy=_enum_value(
-            CpuManagerPolicy, raw.get("CPUManagerPolicy"), CpuManagerPolicy.NONE, name, "spec.policies.CPUManagerPolicy"
+            CpuManagerPolicy,
+            cpu_raw.lower() if isinstance(cpu_raw, str) else cpu_raw,
+            CpuManagerPolicy.NONE,
+            fail,
+            field("CPUManagerPolicy"),
         ),
-        cpu_manager_options=_options(raw.get("CPUManagerPolicyOptions")),
+        cpu_manager_options=_options(raw.get("CPUManagerPolicyOptions"), fail, field("CPUManagerPolicyOptions")),
         topology_manager_policy=_enum_value(
-            TopologyPolicy,
-            raw.get("TopologyManagerPolicy"),
-            TopologyPolicy.NONE,
-            name,
-            "spec.policies.TopologyManagerPolicy",
+            TopologyPolicy, raw.get("TopologyManagerPolicy"), TopologyPolicy.NONE, fail, field("TopologyManagerPolicy")
         ),
         topology_manager_scope=_enum_value(
-            TopologyScope,
-            raw.get("TopologyManagerScope"),
-            TopologyScope.CONTAINER,
-            name,
-            "spec.policies.TopologyManagerScope",
+            TopologyScope, raw.get("TopologyManagerScope"), TopologyScope.CONTAINER, fail, field("TopologyManagerScope")
         ),
-        topology_manager_options=_options(raw.get("TopologyManagerPolicyOptions")),
-        memory_manager_policy=str(raw.get("MemoryManagerPolicy") or "None"),
+        topology_manager_options=_topology_options(
+            raw.get("TopologyManagerPolicyOptions"), fail, field("TopologyManagerPolicyOptions")
+        ),
+        memory_manager_policy=_string(memory_policy, fail, field("MemoryManagerPolicy")) or "None"
+        if memory_policy is not None
+        else "None",
     )
 
 
-def _int_field(entry: Mapping[str, Any], key: str, name: str, field: str) -> int:
-    value = entry.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, f"{field}.{key}: expected an integer, got {value!r}")
-    if value < 0:
-        raise _fail(name, f"{field}.{key}: negative value {value}")
-    return value
+# -- Numatopology -----------------------------------------------------------------------------------
 
 
 def _cpus(spec: Mapping[str, Any], name: str) -> tuple[CpuInfo, ...]:
-    detail = spec.get("cpuDetail")
-    if not isinstance(detail, Mapping) or not detail:
-        raise _fail(name, "spec.cpuDetail is missing or empty")
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    detail = _object(spec.get("cpuDetail"), fail, "spec.cpuDetail")
+    if not detail:
+        raise fail("spec.cpuDetail is missing or empty")
     # Volcano's exporter does not report the L3 group; without it, the socket stands in.
     has_l3 = any(isinstance(entry, Mapping) and "l3" in entry for entry in detail.values())
-    cpus = []
+    cpus: dict[int, CpuInfo] = {}
     for cpu_text, entry in detail.items():
+        cpu = _id_key(cpu_text, fail, "spec.cpuDetail", MAX_CPU_ID)
         field = f"spec.cpuDetail[{cpu_text}]"
-        if not str(cpu_text).isdigit():
-            raise _fail(name, f"{field}: CPU id is not a number")
+        if cpu in cpus:
+            raise fail(f"{field}: CPU {cpu} is listed twice")
         if not isinstance(entry, Mapping):
-            raise _fail(name, f"{field}: expected an object")
-        socket = _int_field(entry, "socket", name, field)
-        numa = _int_field(entry, "numa", name, field)
-        if numa > MAX_NUMA_ID:
-            raise _fail(name, f"{field}.numa: NUMA id {numa} is outside 0-{MAX_NUMA_ID}")
-        cpus.append(
-            CpuInfo(
-                cpu=int(cpu_text),
-                core=_int_field(entry, "core", name, field),
-                socket=socket,
-                numa=numa,
-                l3=_int_field(entry, "l3", name, field) if has_l3 else socket,
-            )
+            raise fail(f"{field}: expected an object")
+        socket = _integer(entry.get("socket", 0), fail, f"{field}.socket", MAX_LABEL_ID)
+        cpus[cpu] = CpuInfo(
+            cpu=cpu,
+            core=_integer(entry.get("core", 0), fail, f"{field}.core", MAX_LABEL_ID),
+            socket=socket,
+            numa=_integer(entry.get("numa", 0), fail, f"{field}.numa", MAX_NUMA_ID),
+            l3=_integer(entry.get("l3", 0), fail, f"{field}.l3", MAX_LABEL_ID) if has_l3 else socket,
         )
-    return tuple(sorted(cpus, key=lambda info: info.cpu))
+    return tuple(cpus[cpu] for cpu in sorted(cpus))
+
+
+def _numa_keyed(raw: Mapping[str, Any], fail: Callable[[str], ConversionError], field: str) -> dict[int, Any]:
+    return {_id_key(key, fail, field, MAX_NUMA_ID): value for key, value in raw.items()}
 
 
 def _distances(spec: Mapping[str, Any], name: str, numa_ids: set[int]) -> dict[int, dict[int, int]]:
-    raw = spec.get("numaDistances")
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise _fail(name, "spec.numaDistances: expected an object")
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    raw = _object(spec.get("numaDistances"), fail, "spec.numaDistances")
     result: dict[int, dict[int, int]] = {}
-    for row_key, row in raw.items():
-        if not str(row_key).isdigit() or int(row_key) not in numa_ids or not isinstance(row, Mapping):
-            raise _fail(name, f"spec.numaDistances[{row_key}]: unknown NUMA node or not an object")
-        result[int(row_key)] = {}
-        for column_key, value in row.items():
-            if not str(column_key).isdigit() or int(column_key) not in numa_ids:
-                raise _fail(name, f"spec.numaDistances[{row_key}][{column_key}]: unknown NUMA node")
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise _fail(name, f"spec.numaDistances[{row_key}][{column_key}]: expected a non-negative integer")
-            result[int(row_key)][int(column_key)] = value
+    for row_id, row in _numa_keyed(raw, fail, "spec.numaDistances").items():
+        field = f"spec.numaDistances[{row_id}]"
+        if row_id not in numa_ids:
+            raise fail(f"{field}: unknown NUMA node {row_id}")
+        columns = _numa_keyed(_object(row, fail, field), fail, field)
+        for column_id, value in columns.items():
+            if column_id not in numa_ids:
+                raise fail(f"{field}[{column_id}]: unknown NUMA node {column_id}")
+            result.setdefault(row_id, {})[column_id] = _integer(value, fail, f"{field}[{column_id}]", MAX_DISTANCE)
     return result
 
 
-def _memory(spec: Mapping[str, Any], name: str, numa_ids: set[int]) -> dict[str, dict[int, int]]:
-    raw = spec.get("MemoryDetail") or spec.get("memoryDetail")
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise _fail(name, "spec.MemoryDetail: expected an object")
+def _memory_detail(spec: Mapping[str, Any], name: str) -> dict[str, dict[int, int]]:
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    raw_value = spec.get("MemoryDetail")
+    if raw_value is None:
+        raw_value = spec.get("memoryDetail")
+    raw = _object(raw_value, fail, "spec.MemoryDetail")
     result: dict[str, dict[int, int]] = {}
-    for numa_key, entry in raw.items():
-        field = f"spec.MemoryDetail[{numa_key}]"
-        if not str(numa_key).isdigit() or int(numa_key) not in numa_ids:
-            raise _fail(name, f"{field}: unknown NUMA node {numa_key}")
-        memory_map = entry.get("memoryMap") if isinstance(entry, Mapping) else None
-        if not isinstance(memory_map, Mapping):
-            raise _fail(name, f"{field}.memoryMap: expected an object")
+    for numa, entry in _numa_keyed(raw, fail, "spec.MemoryDetail").items():
+        field = f"spec.MemoryDetail[{numa}]"
+        memory_map = _object(_object(entry, fail, field).get("memoryMap"), fail, f"{field}.memoryMap")
         for resource, table in memory_map.items():
-            if not isinstance(table, Mapping):
-                raise _fail(name, f"{field}.memoryMap[{resource}]: expected an object")
-            value = table.get("allocatable", table.get("total", 0))
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise _fail(name, f"{field}.memoryMap[{resource}].allocatable: expected a non-negative integer")
-            result.setdefault(str(resource), {})[int(numa_key)] = value
+            here = f"{field}.memoryMap[{_shown(resource)}]"
+            values = _object(table, fail, here)
+            value = values.get("allocatable", values.get("total", 0))
+            result.setdefault(str(resource), {})[numa] = _integer(value, fail, f"{here}.allocatable", 1 << 62)
     return result
 
 
-def _devices_without_annotation(spec: Mapping[str, Any], name: str, numa_ids: set[int]) -> dict[str, DeviceGroup]:
-    """Devices from gpuDetail (NUMA known) and numares (ids only) when no annotation describes them."""
-    groups: dict[str, DeviceGroup] = {}
-    gpu_detail = spec.get("gpuDetail")
-    if gpu_detail is not None:
-        if not isinstance(gpu_detail, Mapping):
-            raise _fail(name, "spec.gpuDetail: expected an object")
-        gpus = []
-        for gpu_id, entry in gpu_detail.items():
-            if not isinstance(entry, Mapping):
-                raise _fail(name, f"spec.gpuDetail[{gpu_id}]: expected an object")
-            numa = _int_field(entry, "numa", name, f"spec.gpuDetail[{gpu_id}]")
-            if numa not in numa_ids:
-                raise _fail(name, f"spec.gpuDetail[{gpu_id}].numa: unknown NUMA node {numa}")
-            gpus.append(DeviceInfo(id=str(gpu_id), numa=numa))
-        gpus.sort(key=lambda device: (len(device.id), device.id))
-        groups[GPU_RESOURCE] = DeviceGroup(GPU_RESOURCE, tuple(gpus))
-    numares = spec.get("numares")
-    if isinstance(numares, Mapping):
-        for resource, info in numares.items():
-            if resource in ("cpu", "memory") or resource in groups or not isinstance(info, Mapping):
-                continue
-            ids = [item.strip() for item in str(info.get("allocatable") or "").split(",") if item.strip()]
-            groups[str(resource)] = DeviceGroup(str(resource), tuple(DeviceInfo(id=i, numa=None) for i in ids))
-    return groups
+def _gpu_detail(spec: Mapping[str, Any], name: str) -> tuple[DeviceInfo, ...] | None:
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    if spec.get("gpuDetail") is None:
+        return None
+    raw = _object(spec.get("gpuDetail"), fail, "spec.gpuDetail")
+    if len(raw) > MAX_DEVICES_PER_RESOURCE:
+        raise fail(f"spec.gpuDetail: {len(raw)} GPUs (at most {MAX_DEVICES_PER_RESOURCE})")
+    gpus = []
+    for gpu_id, entry in raw.items():
+        field = f"spec.gpuDetail[{_shown(gpu_id)}]"
+        if not isinstance(gpu_id, str) or not gpu_id:
+            raise fail(f"{field}: GPU ids must be non-empty strings")
+        numa = _integer(_object(entry, fail, field).get("numa", 0), fail, f"{field}.numa", MAX_NUMA_ID)
+        gpus.append(DeviceInfo(id=gpu_id, numa=numa))
+    gpus.sort(key=lambda device: (len(device.id), device.id))
+    return tuple(gpus)
 
 
-def _reserved_cpus(spec: Mapping[str, Any], name: str, all_cpus: IdSet) -> IdSet:
-    numares = spec.get("numares")
-    cpu_info = numares.get("cpu") if isinstance(numares, Mapping) else None
-    if not isinstance(cpu_info, Mapping) or "allocatable" not in cpu_info:
+def _numares(spec: Mapping[str, Any], name: str) -> dict[str, tuple[str, int | None]]:
+    """numares as resource -> (allocatable text, capacity or None when absent).
+
+    A listed resource without allocatable has no free ids: Volcano's Go type drops an empty
+    string (omitempty), so "allocatable" is absent exactly when nothing is free.
+    """
+
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    raw = _object(spec.get("numares"), fail, "spec.numares")
+    result: dict[str, tuple[str, int | None]] = {}
+    for resource, entry in raw.items():
+        field = f"spec.numares[{_shown(resource)}]"
+        if not isinstance(resource, str) or not resource:
+            raise fail(f"{field}: resource names must be non-empty strings")
+        info = _object(entry, fail, field)
+        allocatable = info.get("allocatable", "")
+        if isinstance(allocatable, int) and not isinstance(allocatable, bool):
+            allocatable = str(allocatable)  # YAML reads `allocatable: 3` as a number
+        text = _string(allocatable if allocatable is not None else "", fail, f"{field}.allocatable")
+        capacity = info.get("capacity")
+        limit = MAX_CPU_ID + 1 if resource == "cpu" else MAX_DEVICES_PER_RESOURCE
+        result[resource] = (text, None if capacity is None else _integer(capacity, fail, f"{field}.capacity", limit))
+    return result
+
+
+def _device_ids(text: str, group: DeviceGroup, fail: Callable[[str], ConversionError], field: str) -> frozenset[str]:
+    """Free device ids: a comma list of the group's ids, numeric ranges ("0-2,7") expanded."""
+    if not text.strip():
+        return frozenset()
+    items = text.split(",")
+    if len(items) > MAX_DEVICES_PER_RESOURCE:
+        raise fail(f"{field}: {len(items)} ids (at most {MAX_DEVICES_PER_RESOURCE})")
+    known = group.by_id
+    ids: set[str] = set()
+    for raw_item in items:
+        item = raw_item.strip()
+        if item in known:
+            ids.add(item)
+            continue
+        span = _DEVICE_RANGE.fullmatch(item)
+        if span is None:
+            raise fail(f"{field}: {_shown(item)} is not a device of this node")
+        low, high = int(span.group(1)), int(span.group(2))
+        if high < low or high - low >= MAX_DEVICES_PER_RESOURCE:
+            raise fail(f"{field}: bad range {_shown(item)}")
+        missing = [str(number) for number in range(low, high + 1) if str(number) not in known]
+        if missing:
+            raise fail(f"{field}: {', '.join(missing[:8])} in {_shown(item)} are not devices of this node")
+        ids.update(str(number) for number in range(low, high + 1))
+    return frozenset(ids)
+
+
+def _unreported_devices(resource: str, text: str, capacity: int | None) -> DeviceGroup:
+    """A device group for a numares entry no detail describes: its free ids (NUMA unknown) plus
+    one placeholder per device the capacity counts beyond them (taken, ids unknown)."""
+    free = [item.strip() for item in text.split(",") if item.strip()][:MAX_DEVICES_PER_RESOURCE]
+    free = list(dict.fromkeys(free))
+    devices = [DeviceInfo(id=device_id, numa=None) for device_id in free]
+    taken = max(0, (capacity or 0) - len(free))
+    devices.extend(DeviceInfo(id=f"unreported-{index}", numa=None) for index in range(taken))
+    return DeviceGroup(resource, tuple(devices))
+
+
+def _reserved_cpus(
+    spec: Mapping[str, Any], name: str, policies_raw: Mapping[str, Any], cpus: tuple[CpuInfo, ...], all_cpus: IdSet
+) -> IdSet:
+    """The CPUs the static CPU manager keeps for the system.
+
+    Exact when spec.policies.ReservedSystemCPUs (ours) names them; else spec.resReserved.cpu, a
+    quantity, rounded up and chosen as the kubelet chooses them (takeByTopology over all CPUs, as
+    Volcano's scheduler also does); else none.
+    """
+
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    exact = policies_raw.get(RESERVED_CPUS_POLICY)
+    if exact is not None:
+        return _cpuset(exact, fail, f"spec.policies.{RESERVED_CPUS_POLICY}", all_cpus)
+    reserved_raw = _object(spec.get("resReserved"), fail, "spec.resReserved")
+    for key, value in reserved_raw.items():
+        _string(value, fail, f"spec.resReserved[{_shown(key)}]")
+    if "cpu" not in reserved_raw:
         return IdSet()
+    quantity = _quantity(reserved_raw["cpu"], fail, "spec.resReserved.cpu")
+    if quantity < 0:
+        raise fail(f"spec.resReserved.cpu: negative quantity {_shown(reserved_raw['cpu'])}")
+    count = math.ceil(quantity)
+    if count == 0:
+        return IdSet()
+    if count > len(cpus):
+        raise fail(f"spec.resReserved.cpu: {count} CPUs reserved but the node has {len(cpus)}")
     try:
-        allocatable = IdSet.parse(str(cpu_info.get("allocatable") or ""))
-    except IdSetError as error:
-        raise _fail(name, f"spec.numares.cpu.allocatable: {error}") from None
-    unknown = allocatable - all_cpus
-    if unknown:
-        raise _fail(name, f"spec.numares.cpu.allocatable: CPUs {unknown.format()} are not in cpuDetail")
-    return all_cpus - allocatable
+        layout = CpuLayout.from_topology(NumaTopology(node_name=name, numa_ids=(), cpus=cpus))
+        return IdSet(take_packed(layout, all_cpus, count, False))
+    except (CpuTopologyError, CpuAssignmentError) as error:
+        raise fail(f"spec.resReserved.cpu: cannot choose {count} reserved CPUs: {error}") from None
+
+
+def _annotations(metadata: Mapping[str, Any], fail: Callable[[str], ConversionError]) -> Mapping[str, Any]:
+    return _object(metadata.get("annotations"), fail, "metadata.annotations")
 
 
 def _annotated_devices(
@@ -239,6 +499,10 @@ def _annotated_devices(
 ) -> tuple[dict[str, DeviceGroup], dict[tuple[DeviceKey, DeviceKey], DeviceLink]]:
     devices, links = parse_device_topology(text, name)
     for group in devices.values():
+        if len(group.devices) > MAX_DEVICES_PER_RESOURCE:
+            raise DeviceTopologyError(
+                f"devices[{group.resource}]: {len(group.devices)} devices (at most {MAX_DEVICES_PER_RESOURCE})"
+            )
         for device in group.devices:
             if device.numa is not None and device.numa not in numa_ids:
                 raise DeviceTopologyError(f"device {group.resource} {device.id}: unknown NUMA node {device.numa}")
@@ -251,32 +515,33 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
     A device-topology annotation that does not parse is not fatal: on_warning hears why, and the
     devices come from gpuDetail / numares with their NUMA nodes but no links.
     """
-    _, name, metadata = metadata_of(obj, "Numatopology")
+    _, name, metadata = metadata_of(obj, NUMATOPOLOGY)
+
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
-        raise _fail(name, "spec is missing")
+        raise fail("spec is missing")
     cpus = _cpus(spec, name)
+    all_cpus = IdSet(info.cpu for info in cpus)
+    gpus = _gpu_detail(spec, name)
+    memory = _memory_detail(spec, name)
     numa_ids = {info.numa for info in cpus}
-    gpu_detail = spec.get("gpuDetail")
-    if isinstance(gpu_detail, Mapping):
-        for entry in gpu_detail.values():
-            if isinstance(entry, Mapping) and isinstance(entry.get("numa"), int) and 0 <= entry["numa"] <= MAX_NUMA_ID:
-                numa_ids.add(entry["numa"])
-    memory_detail = spec.get("MemoryDetail") or spec.get("memoryDetail")
-    if isinstance(memory_detail, Mapping):
-        numa_ids.update(int(key) for key in memory_detail if str(key).isdigit() and int(key) <= MAX_NUMA_ID)
+    numa_ids.update(gpu.numa for gpu in gpus or () if gpu.numa is not None)
+    numa_ids.update(numa for per_numa in memory.values() for numa in per_numa)
     if len(numa_ids) > MAX_NUMA_NODES:
-        raise _fail(name, f"{len(numa_ids)} NUMA nodes; at most {MAX_NUMA_NODES} are supported")
-    policies_raw = spec.get("policies") or {}
-    if not isinstance(policies_raw, Mapping):
-        raise _fail(name, "spec.policies: expected an object")
-    annotations = metadata.get("annotations") or {}
+        raise fail(f"{len(numa_ids)} NUMA nodes; at most {MAX_NUMA_NODES} are supported")
+    policies_raw = _object(spec.get("policies"), fail, "spec.policies")
+    policies = policies_from_map(policies_raw, name)
+    numares = _numares(spec, name)
+
     links: dict[tuple[DeviceKey, DeviceKey], DeviceLink] = {}
-    device_text = annotations.get(DEVICE_TOPOLOGY_ANNOTATION) if isinstance(annotations, Mapping) else None
     devices: dict[str, DeviceGroup] | None = None
+    device_text = _annotations(metadata, fail).get(DEVICE_TOPOLOGY_ANNOTATION)
     if device_text:
         try:
-            devices, links = _annotated_devices(str(device_text), name, numa_ids)
+            devices, links = _annotated_devices(_string(device_text, fail, DEVICE_TOPOLOGY_ANNOTATION), name, numa_ids)
         except DeviceTopologyError as error:
             # Links are an optimisation: without them the node still gets NUMA-exact device choice.
             if on_warning is not None:
@@ -285,119 +550,423 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
                     "device choice on this node falls back to NUMA only"
                 )
     if devices is None:
-        devices = _devices_without_annotation(spec, name, numa_ids)
-    all_cpus = IdSet(info.cpu for info in cpus)
+        devices = {GPU_RESOURCE: DeviceGroup(GPU_RESOURCE, gpus)} if gpus is not None else {}
+    for resource, (text, capacity) in numares.items():
+        if _is_device(resource) and resource not in devices:
+            devices[resource] = _unreported_devices(resource, text, capacity)
+
+    available_cpus: IdSet | None = None
+    available_devices: dict[str, frozenset[str]] = {}
+    for resource, (text, capacity) in numares.items():
+        field = f"spec.numares[{_shown(resource)}]"
+        if resource == "cpu":
+            if capacity and capacity != len(cpus):
+                raise fail(f"{field}.capacity: {capacity} CPUs but cpuDetail lists {len(cpus)}")
+            available_cpus = _cpuset(text, fail, f"{field}.allocatable", all_cpus)
+        elif _is_device(resource):
+            group = devices[resource]
+            if capacity and capacity != len(group.devices):
+                raise fail(f"{field}.capacity: {capacity} devices but the node's topology lists {len(group.devices)}")
+            available_devices[resource] = _device_ids(text, group, fail, f"{field}.allocatable")
+
     return NumaTopology(
         node_name=name,
         numa_ids=tuple(sorted(numa_ids)),
         cpus=cpus,
         distances=_distances(spec, name, numa_ids),
-        memory=_memory(spec, name, numa_ids),
+        memory=memory,
         devices=devices,
         links=links,
-        reserved_cpus=_reserved_cpus(spec, name, all_cpus),
-        policies=policies_from_map(policies_raw, name),
+        reserved_cpus=_reserved_cpus(spec, name, policies_raw, cpus, all_cpus),
+        policies=policies,
+        available_cpus=available_cpus,
+        available_devices=available_devices,
     )
 
 
-def reported_pod_allocations(obj: Mapping[str, Any]) -> dict[str, PodAllocation]:
-    """What the node says each pod holds, keyed by pod uid and by namespace/name."""
-    _, name, _ = metadata_of(obj, "Numatopology")
-    spec = obj.get("spec")
-    raw = spec.get("podAllocations") if isinstance(spec, Mapping) else None
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise _fail(name, "spec.podAllocations: expected an object")
-    result: dict[str, PodAllocation] = {}
+# -- what a Numatopology says its pods hold -----------------------------------------------------------
+
+
+def _merge_containers(first: PodAllocation, second: PodAllocation) -> PodAllocation:
+    """Both reports of one pod together: ids held by either are held (never the smaller claim)."""
+    merged: dict[str, ContainerAllocation] = {container.name: container for container in first.containers}
+    for container in second.containers:
+        known = merged.get(container.name)
+        if known is None:
+            merged[container.name] = container
+            continue
+        devices = {
+            resource: tuple(dict.fromkeys(known.devices.get(resource, ()) + container.devices.get(resource, ())))
+            for resource in known.devices.keys() | container.devices.keys()
+        }
+        numa = (
+            known.numa
+            if container.numa is None
+            else container.numa
+            if known.numa is None
+            else known.numa | container.numa
+        )
+        merged[container.name] = ContainerAllocation(
+            name=container.name,
+            cpuset=known.cpuset | container.cpuset,
+            numa=numa,
+            devices=devices,
+            memory=known.memory or container.memory,
+        )
+    return PodAllocation(tuple(merged.values()))
+
+
+class _ReportBuilder:
+    """Collects pods from every part of a Numatopology, keyed by uid and by namespace/name."""
+
+    def __init__(self) -> None:
+        self.pods: list[tuple[tuple[str, ...], PodAllocation]] = []
+        self.accounted: set[str] = set()
+
+    def add(self, keys: Iterable[str], allocation: PodAllocation) -> None:
+        named = tuple(key for key in keys if key)
+        self.accounted.update(named)
+        self.pods.append((named, allocation))
+
+    def build(self) -> ReportedAllocations:
+        allocations: dict[str, PodAllocation] = {}
+        for keys, allocation in self.pods:
+            combined = allocation
+            for key in keys:
+                if key in allocations:
+                    combined = _merge_containers(allocations[key], combined)
+            for key in keys:
+                allocations[key] = combined
+        return ReportedAllocations(allocations=allocations, accounted=frozenset(self.accounted))
+
+
+def _check_known_ids(
+    allocation: PodAllocation, topology: NumaTopology | None, fail: Callable[[str], ConversionError], field: str
+) -> None:
+    if topology is None:
+        return
+    for container in allocation.containers:
+        unknown = container.cpuset - topology.all_cpus
+        if unknown:
+            raise fail(f"{field}: container {_shown(container.name)}: CPUs {unknown.format()} are not on this node")
+        for resource, ids in container.devices.items():
+            group = topology.devices.get(resource)
+            missing = [device for device in ids if group is not None and device not in group.by_id]
+            if missing:
+                raise fail(
+                    f"{field}: container {_shown(container.name)}: {resource} {', '.join(missing[:8])} "
+                    "are not devices of this node"
+                )
+
+
+def _volcano_pod_allocations(
+    raw: list[Any], builder: _ReportBuilder, topology: NumaTopology | None, fail: Callable[[str], ConversionError]
+) -> None:
+    """Volcano's list: cpuset values become container cpusets; other values are quantities (no ids)."""
+    known_cpus = topology.all_cpus if topology is not None else None
+    for index, entry in enumerate(raw):
+        field = f"spec.podAllocations[{index}]"
+        pod = _object(entry, fail, field)
+        uid = _string(pod.get("uid", ""), fail, f"{field}.uid")
+        pod_name = _string(pod.get("name", ""), fail, f"{field}.name")
+        namespace = _string(pod.get("namespace", ""), fail, f"{field}.namespace")
+        containers_raw = pod.get("containerAllocations")
+        if containers_raw is None:
+            containers_raw = []
+        if not isinstance(containers_raw, list):
+            raise fail(f"{field}.containerAllocations: expected a list")
+        containers: dict[str, ContainerAllocation] = {}
+        for position, container_raw in enumerate(containers_raw):
+            here = f"{field}.containerAllocations[{position}]"
+            container = _object(container_raw, fail, here)
+            container_name = _string(container.get("name", ""), fail, f"{here}.name")
+            cpuset = IdSet()
+            for resource, value in _object(container.get("allocations"), fail, f"{here}.allocations").items():
+                where = f"{here}.allocations[{_shown(resource)}]"
+                if resource == "cpu":
+                    cpuset = cpuset | _cpuset(value, fail, where, known_cpus if known_cpus is not None else _ANY_CPU)
+                else:
+                    _quantity(_string(value, fail, where), fail, where)
+            previous = containers.get(container_name)
+            if previous is not None:
+                cpuset = cpuset | previous.cpuset
+            containers[container_name] = ContainerAllocation(name=container_name, cpuset=cpuset)
+        keys = (uid, f"{namespace}/{pod_name}" if namespace and pod_name else "")
+        builder.add(keys, PodAllocation(tuple(containers.values())))
+
+
+_ANY_CPU = IdSet(range(MAX_CPU_ID + 1))
+
+
+def _keyed_pod_allocations(
+    raw: Mapping[str, Any],
+    builder: _ReportBuilder,
+    topology: NumaTopology | None,
+    fail: Callable[[str], ConversionError],
+    field: str,
+) -> None:
+    """{"<ns>/<name>": {"uid": ..., "containers": {...}}}: our annotation, and the legacy map form."""
     for pod_key, entry in raw.items():
-        if not isinstance(entry, Mapping):
-            raise _fail(name, f"spec.podAllocations[{pod_key}]: expected an object")
+        here = f"{field}[{_shown(pod_key)}]"
+        if not isinstance(pod_key, str) or not pod_key:
+            raise fail(f"{here}: pod keys must be non-empty namespace/name strings")
+        pod = _object(entry, fail, here)
+        uid = _string(pod.get("uid", ""), fail, f"{here}.uid")
         try:
-            allocation = allocation_from_mapping(entry)
+            allocation = allocation_from_mapping(pod)
         except AllocationError as error:
-            raise _fail(name, f"spec.podAllocations[{pod_key}]: {error}") from None
-        result[str(pod_key)] = allocation
-        if entry.get("uid"):
-            result[str(entry["uid"])] = allocation
-    return result
+            raise fail(f"{here}: {error}") from None
+        _check_known_ids(allocation, topology, fail, here)
+        builder.add((uid, pod_key), allocation)
 
 
-def _nrt_quantity(value: Any, name: str, field: str) -> int:
+def pod_allocation_report(
+    obj: Mapping[str, Any],
+    topology: NumaTopology | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> ReportedAllocations:
+    """What a Numatopology says its pods hold: Volcano's spec.podAllocations list (cpusets; other
+    resources as quantities without ids) and our numasched.io/pod-allocations annotation (device
+    ids). Every pod either lists is accounted for: the object's numares already excludes what it
+    holds. With the node's topology, ids it does not have are an error naming the field.
+    """
+    _, name, metadata = metadata_of(obj, NUMATOPOLOGY)
+
+    def fail(message: str) -> ConversionError:
+        return _fail(name, message)
+
+    builder = _ReportBuilder()
+    spec = _object(obj.get("spec"), fail, "spec")
+    raw = spec.get("podAllocations")
+    if isinstance(raw, list):
+        _volcano_pod_allocations(raw, builder, topology, fail)
+    elif isinstance(raw, Mapping):
+        if on_warning is not None:
+            on_warning(
+                "spec.podAllocations is the old map form (namespace/name -> containers); Volcano's API "
+                "declares a list, and an API server with Volcano's CRD drops this: update the exporter"
+            )
+        _keyed_pod_allocations(raw, builder, topology, fail, "spec.podAllocations")
+    elif raw is not None:
+        raise fail(f"spec.podAllocations: expected a list, got {type(raw).__name__}")
+
+    text = _annotations(metadata, fail).get(POD_ALLOCATIONS_ANNOTATION)
+    if text is not None:
+        field = f"metadata.annotations[{POD_ALLOCATIONS_ANNOTATION}]"
+        try:
+            document = json.loads(_string(text, fail, field))
+        except (ValueError, RecursionError) as error:
+            raise fail(f"{field}: not JSON: {_shown(str(error), 120)}") from None
+        if not isinstance(document, Mapping):
+            raise fail(f"{field}: expected a JSON object of namespace/name -> allocation")
+        _keyed_pod_allocations(document, builder, topology, fail, field)
+    return builder.build()
+
+
+def reported_pod_allocations(obj: Mapping[str, Any]) -> dict[str, PodAllocation]:
+    """Deprecated: pod_allocation_report(obj).allocations as a dict (kept for cache.py until it
+    moves to the report, which also says which pods the node's availability accounts for)."""
+    return dict(pod_allocation_report(obj).allocations)
+
+
+# -- NodeResourceTopology -----------------------------------------------------------------------------
+
+
+def _kebab(camel: str) -> str:
+    """PreferClosestNumaNodes -> prefer-closest-numa-nodes (scheduler-plugins' attribute naming)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", camel).lower()
+
+
+def _nrt_attributes(value: Any, fail: Callable[[str], ConversionError]) -> dict[str, str]:
+    """Top-level attributes; the first of a repeated name wins, as the API's attribute.Get reads."""
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise fail(f"attributes: expected a list, got {type(value).__name__}")
+    attributes: dict[str, str] = {}
+    for index, item in enumerate(value):
+        entry = _object(item, fail, f"attributes[{index}]")
+        attribute = _string(entry.get("name"), fail, f"attributes[{index}].name")
+        text = _string(entry.get("value", ""), fail, f"attributes[{index}].value")
+        attributes.setdefault(attribute, text)
+    return attributes
+
+
+def _nrt_policies(
+    obj: Mapping[str, Any],
+    attributes: Mapping[str, str],
+    fail: Callable[[str], ConversionError],
+    cpu_default: CpuManagerPolicy,
+) -> KubeletPolicies:
+    policy, scope = TopologyPolicy.NONE, TopologyScope.CONTAINER
+    legacy = obj.get("topologyPolicies")
+    if legacy is not None:
+        if not isinstance(legacy, list):
+            raise fail("topologyPolicies: expected a list of strings")
+        for index, value in enumerate(legacy):
+            if not isinstance(value, str) or value not in NRT_POLICIES:
+                valid = ", ".join(NRT_POLICIES)
+                raise fail(f"topologyPolicies[{index}]: unknown policy {_shown(value)} (valid: {valid})")
+        if legacy:
+            # Publishers write one value; scheduler-plugins reads the first and ignores the rest.
+            policy, scope = NRT_POLICIES[legacy[0]]
+    # Attributes are the kubelet's own values, verbatim, and win over the deprecated list.
+    policy = _enum_value(
+        TopologyPolicy, attributes.get(NRT_POLICY_ATTRIBUTE), policy, fail, f"attributes[{NRT_POLICY_ATTRIBUTE}]"
+    )
+    scope = _enum_value(
+        TopologyScope, attributes.get(NRT_SCOPE_ATTRIBUTE), scope, fail, f"attributes[{NRT_SCOPE_ATTRIBUTE}]"
+    )
+    options: dict[str, str] = {}
+    if NRT_OPTIONS_ATTRIBUTE in attributes:
+        options.update(_options(attributes[NRT_OPTIONS_ATTRIBUTE], fail, f"attributes[{NRT_OPTIONS_ATTRIBUTE}]"))
+    for attribute, text in attributes.items():
+        if attribute.startswith(NRT_OPTION_PREFIX) and attribute != NRT_OPTIONS_ATTRIBUTE:
+            options[_kebab(attribute[len(NRT_OPTION_PREFIX) :])] = text
+    if NRT_MAX_NUMA_NODES_ATTRIBUTE in attributes:
+        options.setdefault(MAX_ALLOWABLE_NUMA_NODES, attributes[NRT_MAX_NUMA_NODES_ATTRIBUTE])
     try:
-        return parse_integer(value if value is not None else 0)
-    except QuantityError as error:
-        raise ConversionError("NodeResourceTopology", name, f"{field}: {error}") from None
+        check_topology_manager_options(options)
+    except KubeletOptionError as error:
+        raise fail(f"attributes (topology manager options {', '.join(sorted(options))}): {error}") from None
+    cpu_policy = _enum_value(
+        CpuManagerPolicy,
+        attributes.get(NRT_CPU_MANAGER_ATTRIBUTE),
+        cpu_default,
+        fail,
+        f"attributes[{NRT_CPU_MANAGER_ATTRIBUTE}]",
+    )
+    return KubeletPolicies(
+        cpu_manager_policy=cpu_policy,
+        topology_manager_policy=policy,
+        topology_manager_scope=scope,
+        topology_manager_options=options,
+    )
+
+
+def _zone_numa_id(zone_name: str, fail: Callable[[str], ConversionError], field: str) -> int:
+    """node-<id> (the API's numanode.NameToID); "numa-node-<id>" as scheduler-plugins' examples name it."""
+    digits = zone_name.rsplit("-", 1)[-1] if "-" in zone_name else ""
+    if not _DIGITS.fullmatch(digits) or int(digits) > MAX_NUMA_ID:
+        raise fail(f"{field}: zone {_shown(zone_name)}: expected a name like node-0 (NUMA ids 0-{MAX_NUMA_ID})")
+    return int(digits)
 
 
 def nrt_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
-    """A NodeResourceTopology (v1alpha2) to NumaTopology.
+    """A NodeResourceTopology (v1alpha1 or v1alpha2) to NumaTopology.
 
     NRT carries counts per NUMA zone, not CPU or device ids, so the topology gets consecutive
-    CPU ids per zone (one thread per core) and device ids "<zone>-<n>"; the plugin uses them for
-    admission and scoring, and the binding leaves cpusets to the kubelet (cpu_ids_known False).
+    CPU ids per zone (one thread per core) and device ids "<zone>-<n>" for each zone's
+    allocatable; available_cpus / available_devices are the first `available` of them per zone,
+    so what is free per NUMA node is what the zone says. The binding leaves cpusets to the kubelet
+    (cpu_ids_known False).
     """
-    _, name, _ = metadata_of(obj, "NodeResourceTopology")
-    attributes = {
-        str(item.get("name")): str(item.get("value"))
-        for item in obj.get("attributes") or []
-        if isinstance(item, Mapping)
-    }
-    policy = TopologyPolicy.NONE
-    scope = TopologyScope.CONTAINER
-    for legacy in obj.get("topologyPolicies") or []:
-        if legacy in _NRT_LEGACY_POLICIES:
-            policy, scope = _NRT_LEGACY_POLICIES[legacy]
-    policy = _enum_value(TopologyPolicy, attributes.get("topologyManagerPolicy"), policy, name, "topologyManagerPolicy")
-    scope = _enum_value(TopologyScope, attributes.get("topologyManagerScope"), scope, name, "topologyManagerScope")
+    _, name, _ = metadata_of(obj, NODE_RESOURCE_TOPOLOGY)
+
+    def fail(message: str) -> ConversionError:
+        return _nrt_fail(name, message)
+
+    api_version = obj.get("apiVersion")
+    if api_version is not None and api_version not in NRT_API_VERSIONS:
+        raise fail(f"apiVersion: {_shown(api_version)} is not one of {', '.join(NRT_API_VERSIONS)}")
+    attributes = _nrt_attributes(obj.get("attributes"), fail)
+    fingerprint = attributes.get(NRT_PODS_FINGERPRINT) or None
     zones = obj.get("zones")
     if not isinstance(zones, list) or not zones:
-        raise ConversionError("NodeResourceTopology", name, "zones is missing or empty")
+        raise fail("zones is missing or empty")
+    numa_zones: list[tuple[int, str, Mapping[str, Any]]] = []
+    zone_ids: dict[str, int] = {}
+    for index, zone_raw in enumerate(zones):
+        field = f"zones[{index}]"
+        zone = _object(zone_raw, fail, field)
+        if zone.get("type") != "Node":
+            continue  # sockets, cores, caches: not NUMA nodes
+        zone_name = _string(zone.get("name"), fail, f"{field}.name")
+        numa = _zone_numa_id(zone_name, fail, f"{field}.name")
+        if numa in zone_ids.values():
+            raise fail(f"{field}.name: NUMA node {numa} appears twice")
+        zone_ids[zone_name] = numa
+        numa_zones.append((numa, zone_name, zone))
+    if not numa_zones:
+        raise fail("zones: no zone of type Node (NUMA node)")
+
     cpus: list[CpuInfo] = []
+    available_cpu_ids: list[int] = []
+    cpu_stated = False
     memory: dict[str, dict[int, int]] = {}
     device_lists: dict[str, list[DeviceInfo]] = {}
+    available_device_ids: dict[str, list[str]] = {}
+    devices_stated: set[str] = set()
     distances: dict[int, dict[int, int]] = {}
-    zone_ids: dict[str, int] = {}
-    numa_zones = [z for z in zones if isinstance(z, Mapping) and z.get("type", "Node") == "Node"]
-    for zone in numa_zones:
-        zone_name = str(zone.get("name") or "")
-        digits = zone_name.rsplit("-", 1)[-1]
-        if not digits.isdigit() or int(digits) > MAX_NUMA_ID:
-            raise ConversionError("NodeResourceTopology", name, f"zone {zone_name!r}: expected a name like node-0")
-        zone_ids[zone_name] = int(digits)
-    next_cpu = 0
-    for zone in numa_zones:
-        zone_name = str(zone["name"])
-        numa = zone_ids[zone_name]
-        for resource in zone.get("resources") or []:
-            if not isinstance(resource, Mapping):
+    for numa, zone_name, zone in numa_zones:
+        zone_field = f"zones[{zone_name}]"
+        resources = zone.get("resources")
+        if resources is None:
+            resources = []
+        if not isinstance(resources, list):
+            raise fail(f"{zone_field}.resources: expected a list")
+        for position, resource_raw in enumerate(resources):
+            resource = _object(resource_raw, fail, f"{zone_field}.resources[{position}]")
+            resource_name = _string(resource.get("name"), fail, f"{zone_field}.resources[{position}].name")
+            field = f"{zone_field}.resources[{resource_name}]"
+            raw_allocatable = resource.get("allocatable", resource.get("capacity"))
+            if resource_name == "memory" or resource_name.startswith("hugepages-"):
+                memory.setdefault(resource_name, {})[numa] = _bytes(raw_allocatable, fail, f"{field}.allocatable")
                 continue
-            resource_name = str(resource.get("name"))
-            field = f"zones[{zone_name}].resources[{resource_name}]"
-            allocatable = _nrt_quantity(resource.get("allocatable", resource.get("capacity")), name, field)
             if resource_name == "cpu":
-                for _ in range(allocatable):
-                    cpus.append(CpuInfo(cpu=next_cpu, core=next_cpu, socket=0, numa=numa, l3=numa))
-                    next_cpu += 1
-            elif resource_name == "memory" or resource_name.startswith("hugepages-"):
-                memory.setdefault(resource_name, {})[numa] = allocatable
+                allocatable = _count(raw_allocatable, fail, f"{field}.allocatable", MAX_CPU_ID + 1 - len(cpus))
+            elif _is_device(resource_name):
+                held = len(device_lists.get(resource_name, ()))
+                allocatable = _count(raw_allocatable, fail, f"{field}.allocatable", MAX_DEVICES_PER_RESOURCE - held)
             else:
-                devices = device_lists.setdefault(resource_name, [])
-                devices.extend(DeviceInfo(id=f"{zone_name}-{index}", numa=numa) for index in range(allocatable))
-        for cost in zone.get("costs") or []:
-            if isinstance(cost, Mapping) and str(cost.get("name")) in zone_ids:
-                distances.setdefault(numa, {})[zone_ids[str(cost["name"])]] = int(cost.get("value", 0))
+                continue
+            # A zone without `available` (older publishers) states nothing: all its ids count.
+            stated = "available" in resource
+            limit = MAX_CPU_ID + 1 if resource_name == "cpu" else MAX_DEVICES_PER_RESOURCE
+            free = (
+                min(_count(resource["available"], fail, f"{field}.available", limit), allocatable)
+                if stated
+                else allocatable
+            )
+            if resource_name == "cpu":
+                first = len(cpus)
+                cpus.extend(
+                    CpuInfo(cpu=cpu, core=cpu, socket=0, numa=numa, l3=numa)
+                    for cpu in range(first, first + allocatable)
+                )
+                available_cpu_ids.extend(range(first, first + free))
+                cpu_stated = cpu_stated or stated
+            else:
+                zone_devices = [DeviceInfo(id=f"{zone_name}-{index}", numa=numa) for index in range(allocatable)]
+                device_lists.setdefault(resource_name, []).extend(zone_devices)
+                available_device_ids.setdefault(resource_name, []).extend(device.id for device in zone_devices[:free])
+                if stated:
+                    devices_stated.add(resource_name)
+        costs = zone.get("costs")
+        if costs is None:
+            costs = []
+        if not isinstance(costs, list):
+            raise fail(f"{zone_field}.costs: expected a list")
+        for position, cost_raw in enumerate(costs):
+            cost = _object(cost_raw, fail, f"{zone_field}.costs[{position}]")
+            other = _string(cost.get("name"), fail, f"{zone_field}.costs[{position}].name")
+            value = _integer(cost.get("value", 0), fail, f"{zone_field}.costs[{position}].value", MAX_DISTANCE)
+            if other in zone_ids:
+                distances.setdefault(numa, {})[zone_ids[other]] = value
+    # NRT publishers report exclusive-capable CPUs per zone only under the static CPU manager.
+    policies = _nrt_policies(obj, attributes, fail, CpuManagerPolicy.STATIC if cpus else CpuManagerPolicy.NONE)
     return NumaTopology(
         node_name=name,
         numa_ids=tuple(sorted(zone_ids.values())),
         cpus=tuple(cpus),
         distances=distances,
         memory=memory,
-        devices={res: DeviceGroup(res, tuple(devs)) for res, devs in device_lists.items()},
-        policies=KubeletPolicies(
-            cpu_manager_policy=CpuManagerPolicy.STATIC if cpus else CpuManagerPolicy.NONE,
-            topology_manager_policy=policy,
-            topology_manager_scope=scope,
-        ),
+        devices={resource: DeviceGroup(resource, tuple(devices)) for resource, devices in device_lists.items()},
+        policies=policies,
         cpu_ids_known=False,
+        available_cpus=IdSet(available_cpu_ids) if cpu_stated else None,
+        available_devices={
+            resource: frozenset(ids) for resource, ids in available_device_ids.items() if resource in devices_stated
+        },
+        pods_fingerprint=fingerprint,
     )
