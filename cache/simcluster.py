@@ -17,7 +17,7 @@ from numasched.api.job import JobInfo
 from numasched.api.task import TaskInfo
 from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.cache.cache import KINDS, Cache
-from numasched.cache.events import EventType, ObjectEvent, object_name
+from numasched.cache.events import EventType, ObjectEvent, object_key, object_name
 
 # Kinds the simulator understands beyond those the cache converts.
 _CONFIG_KINDS = frozenset({"ConfigMap"})
@@ -106,7 +106,8 @@ class SimCluster:
             metadata.setdefault("namespace", "default")
             # The API server gives every pod a uid; simulated ones get a stable one.
             metadata.setdefault("uid", f"sim-{metadata['namespace']}-{metadata['name']}")
-        self.objects[kind][object_name(stored)] = stored
+        # Cluster-scoped kinds by name alone, as the cache keys them (a stray namespace ignored).
+        self.objects[kind][object_key(kind, stored)] = stored
         if kind in KINDS:
             self.cache.apply(ObjectEvent(kind, EventType.ADDED, stored))
 

@@ -39,12 +39,21 @@ class Problem:
 
 
 @attrs.frozen(slots=True)
+class NodeWithoutTopology:
+    """A node the numa-aware plugin cannot align on: its topology is "missing" or "rejected: why"."""
+
+    node: str
+    topology: str
+
+
+@attrs.frozen(slots=True)
 class SimulationReport:
     pods: tuple[PodPlacement, ...]
     problems: tuple[Problem, ...]
     nodes: int
     cycles: int
     seconds: float
+    nodes_without_topology: tuple[NodeWithoutTopology, ...] = ()
 
     def count(self, status: str) -> int:
         return sum(1 for pod in self.pods if pod.status == status)
@@ -106,6 +115,10 @@ def build_report(cluster: SimCluster, *, cycles: int, seconds: float) -> Simulat
     placements: list[PodPlacement] = []
     problems = [Problem(p.source, p.message) for p in cluster.load_problems]
     problems.extend(Problem(f"{kind} {name}", message) for (kind, name), message in cluster.cache.problems.items())
+    problems.extend(
+        Problem(f"{kind} {name}", f"read with a warning: {message}")
+        for (kind, name), message in cluster.cache.warnings.items()
+    )
     for pod in cluster.pods():
         if pod.get("spec", {}).get("schedulerName") not in cluster.cache.scheduler_names:
             continue
@@ -120,6 +133,9 @@ def build_report(cluster: SimCluster, *, cycles: int, seconds: float) -> Simulat
         nodes=len(cluster.objects["Node"]),
         cycles=cycles,
         seconds=seconds,
+        nodes_without_topology=tuple(
+            NodeWithoutTopology(node, state) for node, state in cluster.cache.nodes_without_topology().items()
+        ),
     )
 
 
@@ -151,6 +167,9 @@ def report_document(report: SimulationReport) -> dict[str, Any]:
             for pod in report.pods
         ],
         "problems": [{"source": problem.source, "message": problem.message} for problem in report.problems],
+        "nodesWithoutTopology": [
+            {"node": item.node, "topology": item.topology} for item in report.nodes_without_topology
+        ],
     }
 
 
@@ -193,6 +212,13 @@ def _render_table(report: SimulationReport) -> str:
             table.add_column(column, overflow="fold")
         for pod in unplaced:
             table.add_row(f"{pod.namespace}/{pod.name}", pod.job or "-", pod.status, pod.reason or "-")
+        console.print(table)
+    if report.nodes_without_topology:
+        table = Table(title="Nodes without usable NUMA topology", title_justify="left")
+        table.add_column("NODE", overflow="fold")
+        table.add_column("TOPOLOGY", overflow="fold")
+        for item in report.nodes_without_topology:
+            table.add_row(item.node, item.topology)
         console.print(table)
     if report.problems:
         table = Table(title="Skipped objects", title_justify="left")
