@@ -8,13 +8,14 @@ rebuild its ledger.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from numasched.api.idset import IdSet, IdSetError
-from numasched.api.numamask import NumaMask, NumaMaskError
+from numasched.api.numamask import MAX_NUMA_ID, NumaMask, NumaMaskError
 
 ALLOCATION_ANNOTATION = "numasched.io/allocation"
 VOLCANO_DECISION_ANNOTATION = "volcano.sh/topology-decision"
@@ -113,35 +114,88 @@ def allocation_from_json(text: str) -> PodAllocation:
     """Parse the numasched.io/allocation annotation; raises AllocationError saying what is wrong."""
     try:
         document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise AllocationError(f"not JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        # ValueError covers JSONDecodeError and integers longer than Python will convert.
+        raise AllocationError(f"not JSON: {str(error)[:120]}") from None
     return allocation_from_mapping(document)
 
 
+# More ids of one resource in one container than any node has: the annotation is wrong, not big.
+MAX_DEVICES_PER_CONTAINER = 1024
+
+
 def allocation_from_mapping(document: Any) -> PodAllocation:
-    """The inverse of allocation_to_mapping; raises AllocationError saying what is wrong."""
+    """The inverse of allocation_to_mapping; raises AllocationError saying what is wrong (and
+    nothing else, whatever JSON it is given)."""
     if not isinstance(document, Mapping) or not isinstance(document.get("containers"), Mapping):
         raise AllocationError('expected {"containers": {name: {...}}}')
     containers: list[ContainerAllocation] = []
     for name, entry in document["containers"].items():
+        if not isinstance(name, str):
+            raise AllocationError(f"container names must be strings, got {name!r:.40}")
         if not isinstance(entry, Mapping):
             raise AllocationError(f"container {name}: expected an object")
         try:
-            cpuset = IdSet.parse(str(entry.get("cpuset", "")))
-            numa_ids = entry.get("numa")
-            numa = NumaMask.from_ids(int(i) for i in numa_ids) if isinstance(numa_ids, list) else None
-            devices_raw = entry.get("devices", {})
-            if not isinstance(devices_raw, Mapping):
-                raise AllocationError(f"container {name}: devices must be an object")
-            devices = {str(res): tuple(str(i) for i in ids) for res, ids in devices_raw.items()}
-            memory_raw = entry.get("memory", {})
-            if not isinstance(memory_raw, Mapping):
-                raise AllocationError(f"container {name}: memory must be an object")
-            memory = {
-                str(res): {int(numa_id): int(size) for numa_id, size in per_numa.items()}
-                for res, per_numa in memory_raw.items()
-            }
-        except (IdSetError, NumaMaskError, TypeError, ValueError, AttributeError) as error:
+            containers.append(
+                ContainerAllocation(
+                    name,
+                    _cpuset(entry.get("cpuset", "")),
+                    _numa(entry.get("numa")),
+                    _devices(entry.get("devices", {})),
+                    _memory(entry.get("memory", {})),
+                )
+            )
+        except (IdSetError, NumaMaskError, AllocationError) as error:
             raise AllocationError(f"container {name}: {error}") from None
-        containers.append(ContainerAllocation(str(name), cpuset, numa, devices, memory))
     return PodAllocation(tuple(containers))
+
+
+def _cpuset(raw: Any) -> IdSet:
+    if not isinstance(raw, str):
+        raise AllocationError(f"cpuset must be a string like 0-3, got {raw!r:.40}")
+    return IdSet.parse(raw)
+
+
+def _numa(raw: Any) -> NumaMask | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+        raise AllocationError(f"numa must be a list of NUMA ids, got {raw!r:.40}")
+    return NumaMask.from_ids(raw)
+
+
+def _devices(raw: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(raw, Mapping):
+        raise AllocationError("devices must be an object of resource -> list of ids")
+    devices: dict[str, tuple[str, ...]] = {}
+    for resource, ids in raw.items():
+        if not isinstance(resource, str) or not isinstance(ids, list) or len(ids) > MAX_DEVICES_PER_CONTAINER:
+            raise AllocationError(
+                f"devices[{resource!r:.40}] must be a list of at most {MAX_DEVICES_PER_CONTAINER} ids"
+            )
+        if not all(isinstance(i, str) and i for i in ids):
+            raise AllocationError(f"devices[{resource}]: ids must be non-empty strings")
+        devices[resource] = tuple(ids)
+    return devices
+
+
+def _memory(raw: Any) -> dict[str, dict[int, int]]:
+    if not isinstance(raw, Mapping):
+        raise AllocationError("memory must be an object")
+    memory: dict[str, dict[int, int]] = {}
+    for resource, per_numa in raw.items():
+        if not isinstance(resource, str) or not isinstance(per_numa, Mapping):
+            raise AllocationError(f"memory[{resource!r:.40}] must be an object of NUMA id -> bytes")
+        sizes: dict[int, int] = {}
+        for numa_key, size in per_numa.items():
+            if (
+                not isinstance(numa_key, str)
+                or not re.fullmatch(r"[0-9]{1,2}", numa_key)
+                or int(numa_key) > MAX_NUMA_ID
+            ):
+                raise AllocationError(f"memory[{resource}]: {numa_key!r:.40} is not a NUMA id 0-{MAX_NUMA_ID}")
+            if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 1 << 63:
+                raise AllocationError(f"memory[{resource}][{numa_key}]: expected bytes, got {size!r:.40}")
+            sizes[int(numa_key)] = size
+        memory[resource] = sizes
+    return memory
