@@ -67,7 +67,9 @@ class _TopologyRecord:
     reported: ReportedAllocations = attrs.field(factory=ReportedAllocations)
 
 
-def pod_allocation_report(obj: Mapping[str, Any]) -> ReportedAllocations:
+def _allocation_report(
+    obj: Mapping[str, Any], topology: NumaTopology, on_warning: Callable[[str], None]
+) -> ReportedAllocations:
     """What a Numatopology says its pods hold, and which pods it accounts for.
 
     The converter gives it as ReportedAllocations (pod_allocation_report); an older converter gave
@@ -75,7 +77,7 @@ def pod_allocation_report(obj: Mapping[str, Any]) -> ReportedAllocations:
     """
     report = getattr(convert_topology, "pod_allocation_report", None)
     if callable(report):
-        result = report(obj)
+        result = report(obj, topology, on_warning)
         if isinstance(result, ReportedAllocations):
             return result
     legacy = getattr(convert_topology, "reported_pod_allocations", None)
@@ -283,8 +285,12 @@ class Cache:
         numa-aware plugin's unknown-topology argument decides what may still go there)."""
         try:
             if kind == "Numatopology":
-                topology = numatopology_to_topology(obj, lambda message: self._problem(kind, key, message))
-                return _TopologyRecord(kind, topology, "", pod_allocation_report(obj))
+
+                def warn(message: str) -> None:
+                    self._problem(kind, key, message)
+
+                topology = numatopology_to_topology(obj, warn)
+                return _TopologyRecord(kind, topology, "", _allocation_report(obj, topology, warn))
             return _TopologyRecord(kind, nrt_to_topology(obj), "")
         except ConversionError as error:
             self._problem(kind, key, error.message)
