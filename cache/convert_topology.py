@@ -103,7 +103,7 @@ NRT_CPU_MANAGER_ATTRIBUTE = "cpuManagerPolicy"
 # Resource names in numares / NRT zones that are not devices.
 _NOT_DEVICES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 _DIGITS = re.compile(r"[0-9]{1,20}")
-_DEVICE_RANGE = re.compile(r"([0-9]{1,6})-([0-9]{1,6})")
+_DEVICE_RANGE = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 _QUANTITY_EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)$")
 _MAX_QUANTITY_TEXT = 64
 
@@ -416,38 +416,50 @@ def _numares(spec: Mapping[str, Any], name: str) -> dict[str, tuple[str, int | N
     return result
 
 
-def _device_ids(text: str, group: DeviceGroup, fail: Callable[[str], ConversionError], field: str) -> frozenset[str]:
-    """Free device ids: a comma list of the group's ids, numeric ranges ("0-2,7") expanded."""
+def _device_list(
+    text: str, fail: Callable[[str], ConversionError], field: str, known: Mapping[str, DeviceInfo] | None = None
+) -> list[str]:
+    """A comma list of device ids, numeric ranges ("0-2,7", as Volcano's cpuset-style lists write
+    GPU indices) expanded; an item that is itself a known id (a UUID has dashes) stays whole."""
     if not text.strip():
-        return frozenset()
+        return []
     items = text.split(",")
     if len(items) > MAX_DEVICES_PER_RESOURCE:
         raise fail(f"{field}: {len(items)} ids (at most {MAX_DEVICES_PER_RESOURCE})")
-    known = group.by_id
-    ids: set[str] = set()
+    ids: list[str] = []
     for raw_item in items:
         item = raw_item.strip()
-        if item in known:
-            ids.add(item)
-            continue
+        if not item:
+            raise fail(f"{field}: {_shown(text)} has an empty element")
         span = _DEVICE_RANGE.fullmatch(item)
-        if span is None:
-            raise fail(f"{field}: {_shown(item)} is not a device of this node")
+        if span is None or (known is not None and item in known):
+            ids.append(item)
+            continue
         low, high = int(span.group(1)), int(span.group(2))
         if high < low or high - low >= MAX_DEVICES_PER_RESOURCE:
             raise fail(f"{field}: bad range {_shown(item)}")
-        missing = [str(number) for number in range(low, high + 1) if str(number) not in known]
-        if missing:
-            raise fail(f"{field}: {', '.join(missing[:8])} in {_shown(item)} are not devices of this node")
-        ids.update(str(number) for number in range(low, high + 1))
+        ids.extend(str(number) for number in range(low, high + 1))
+        if len(ids) > MAX_DEVICES_PER_RESOURCE:
+            raise fail(f"{field}: more than {MAX_DEVICES_PER_RESOURCE} ids")
+    return list(dict.fromkeys(ids))
+
+
+def _device_ids(text: str, group: DeviceGroup, fail: Callable[[str], ConversionError], field: str) -> frozenset[str]:
+    """Free device ids, each one a device of the group."""
+    ids = _device_list(text, fail, field, group.by_id)
+    missing = [device_id for device_id in ids if device_id not in group.by_id]
+    if missing:
+        shown = ", ".join(_shown(device_id) for device_id in missing[:8])
+        raise fail(f"{field}: {shown} {'is not a device' if len(missing) == 1 else 'are not devices'} of this node")
     return frozenset(ids)
 
 
-def _unreported_devices(resource: str, text: str, capacity: int | None) -> DeviceGroup:
+def _unreported_devices(
+    resource: str, text: str, capacity: int | None, fail: Callable[[str], ConversionError], field: str
+) -> DeviceGroup:
     """A device group for a numares entry no detail describes: its free ids (NUMA unknown) plus
     one placeholder per device the capacity counts beyond them (taken, ids unknown)."""
-    free = [item.strip() for item in text.split(",") if item.strip()][:MAX_DEVICES_PER_RESOURCE]
-    free = list(dict.fromkeys(free))
+    free = _device_list(text, fail, field)
     devices = [DeviceInfo(id=device_id, numa=None) for device_id in free]
     taken = max(0, (capacity or 0) - len(free))
     devices.extend(DeviceInfo(id=f"unreported-{index}", numa=None) for index in range(taken))
@@ -553,7 +565,8 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
         devices = {GPU_RESOURCE: DeviceGroup(GPU_RESOURCE, gpus)} if gpus is not None else {}
     for resource, (text, capacity) in numares.items():
         if _is_device(resource) and resource not in devices:
-            devices[resource] = _unreported_devices(resource, text, capacity)
+            field = f"spec.numares[{_shown(resource)}].allocatable"
+            devices[resource] = _unreported_devices(resource, text, capacity, fail, field)
 
     available_cpus: IdSet | None = None
     available_devices: dict[str, frozenset[str]] = {}
@@ -905,10 +918,14 @@ def nrt_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
             resources = []
         if not isinstance(resources, list):
             raise fail(f"{zone_field}.resources: expected a list")
+        seen_resources: set[str] = set()
         for position, resource_raw in enumerate(resources):
             resource = _object(resource_raw, fail, f"{zone_field}.resources[{position}]")
             resource_name = _string(resource.get("name"), fail, f"{zone_field}.resources[{position}].name")
             field = f"{zone_field}.resources[{resource_name}]"
+            if resource_name in seen_resources:
+                raise fail(f"{field}: listed twice in one zone")
+            seen_resources.add(resource_name)
             raw_allocatable = resource.get("allocatable", resource.get("capacity"))
             if resource_name == "memory" or resource_name.startswith("hugepages-"):
                 memory.setdefault(resource_name, {})[numa] = _bytes(raw_allocatable, fail, f"{field}.allocatable")
