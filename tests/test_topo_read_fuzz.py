@@ -1,0 +1,155 @@
+"""Total conversion: any JSON value in any field the topology converters read either converts or
+raises ConversionError (never ValueError, KeyError, TypeError, OverflowError, MemoryError, ...)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_topo_read_nrt import v1alpha2
+from test_topo_read_numatopology import gpu_annotation, volcano_object
+
+from numasched.cache.convert_pod import ConversionError
+from numasched.cache.convert_topology import (
+    DEVICE_TOPOLOGY_ANNOTATION,
+    POD_ALLOCATIONS_ANNOTATION,
+    nrt_to_topology,
+    numatopology_to_topology,
+    pod_allocation_report,
+)
+
+TRICKY_TEXT = [
+    "²",
+    "٣",
+    "3_0",
+    "0-1099511627776",
+    "4294967296",
+    "1e400",
+    "1e999999999",
+    "9" * 5000,
+    "-1",
+    "0-7",
+    "0-2,7",
+    "",
+    ",",
+    "node-1",
+    "node-²",
+    "single-numa-node",
+    "SingleNUMANodePodLevel",
+    "static",
+    "prefer-closest-numa-nodes=yes",
+    "max-allowable-numa-nodes=1",
+    "[" * 50,
+]
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(1 << 70), max_value=1 << 70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from(TRICKY_TEXT)
+)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=6) | st.sampled_from(TRICKY_TEXT), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def numatopology_base() -> dict[str, Any]:
+    obj = volcano_object(
+        podAllocations=[
+            {
+                "uid": "u",
+                "name": "p",
+                "namespace": "ns",
+                "containerAllocations": [{"name": "a", "allocations": {"cpu": "1", "nvidia.com/gpu": "1"}}],
+            }
+        ],
+        gpuDetail={"0": {"numa": 1}},
+        numaDistances={"0": {"0": 10, "1": 21}, "1": {"0": 21, "1": 10}},
+        MemoryDetail={"0": {"memoryMap": {"memory": {"allocatable": 1024}}}},
+    )
+    obj["spec"]["numares"]["nvidia.com/gpu"] = {"allocatable": "0-2,7", "capacity": 8}
+    obj["spec"]["policies"]["TopologyManagerPolicyOptions"] = "prefer-closest-numa-nodes=true"
+    obj["metadata"]["annotations"][DEVICE_TOPOLOGY_ANNOTATION] = gpu_annotation()
+    obj["metadata"]["annotations"][POD_ALLOCATIONS_ANNOTATION] = json.dumps(
+        {"ns/q": {"uid": "v", "containers": {"b": {"cpuset": "2", "numa": [1], "devices": {"nvidia.com/gpu": ["4"]}}}}}
+    )
+    return obj
+
+
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every place in a JSON document: object members and list items, the root excluded."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield (*prefix, key)
+            yield from paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield (*prefix, index)
+            yield from paths(child, (*prefix, index))
+
+
+NUMATOPOLOGY_PATHS = sorted(paths(numatopology_base()), key=repr)
+NRT_PATHS = sorted(paths(v1alpha2()), key=repr)
+
+
+def replaced(document: dict[str, Any], path: tuple[Any, ...], value: Any, as_key: bool) -> dict[str, Any]:
+    """The document with the value at path replaced, or (as_key) an extra member beside it."""
+    result = copy.deepcopy(document)
+    parent: Any = result
+    for step in path[:-1]:
+        parent = parent[step]
+    if as_key and isinstance(parent, dict):
+        parent[value if isinstance(value, str) else json.dumps(value, default=str)] = copy.deepcopy(parent[path[-1]])
+    else:
+        parent[path[-1]] = value
+    return result
+
+
+def annotation_values() -> st.SearchStrategy[Any]:
+    """Annotations are strings holding JSON: fuzz the JSON inside too."""
+    return JSON_VALUES.map(lambda value: json.dumps(value, allow_nan=True)) | JSON_VALUES
+
+
+FUZZ_SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ_SETTINGS
+@given(path=st.sampled_from(NUMATOPOLOGY_PATHS), value=annotation_values(), as_key=st.booleans())
+def test_any_json_in_any_numatopology_field_converts_or_is_a_conversion_error(
+    path: tuple[Any, ...], value: Any, as_key: bool
+) -> None:
+    obj = replaced(numatopology_base(), path, value, as_key)
+    try:
+        topology = numatopology_to_topology(obj, on_warning=lambda message: None)
+    except ConversionError:
+        topology = None
+    with contextlib.suppress(ConversionError):
+        pod_allocation_report(obj, topology, on_warning=lambda message: None)
+
+
+@FUZZ_SETTINGS
+@given(path=st.sampled_from(NRT_PATHS), value=JSON_VALUES, as_key=st.booleans())
+def test_any_json_in_any_nrt_field_converts_or_is_a_conversion_error(
+    path: tuple[Any, ...], value: Any, as_key: bool
+) -> None:
+    with contextlib.suppress(ConversionError):
+        nrt_to_topology(replaced(v1alpha2(), path, value, as_key))
+
+
+@FUZZ_SETTINGS
+@given(document=JSON_VALUES)
+def test_any_json_as_a_whole_object_converts_or_is_a_conversion_error(document: Any) -> None:
+    for convert in (numatopology_to_topology, nrt_to_topology, pod_allocation_report):
+        with contextlib.suppress(ConversionError):
+            convert(document if not isinstance(document, dict) else {**document, "metadata": {"name": "n"}})
