@@ -20,7 +20,8 @@ numa-aware plugin, whose providers and merge it must be able to contradict:
 * qos/policy.go GetPodQOS: zero quantities are ignored, only cpu and memory count; requests default
   to limits as the API server defaults them.
 
-The merge is a brute force over every combination of hints (small NUMA counts make it cheap).
+The merge considers every combination of hints (one per resource), as the kubelet's does; the merged
+results are folded resource by resource so that 8 NUMA nodes stay cheap.
 
 Not modelled (each only affects which ids an undecided pod takes, never whether a pod is admitted
 on the state given): the exact CPU choice of takeByTopology (here: whole cores first, NUMA nodes
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
-from itertools import combinations, product
+from itertools import combinations
 from typing import Any
 
 import attrs
@@ -350,13 +351,18 @@ def merge(policy: str, numa_ids: Sequence[int], per_resource: Sequence[list[Hint
             lists.append(hints)
     if policy == "single-numa-node":
         lists = [[h for h in hints if h.preferred and (h.affinity is None or len(h.affinity) == 1)] for hints in lists]
+    # Every permutation of one hint per resource, merged by AND; the set of merged results is
+    # folded resource by resource (AND is associative, and the choice below depends only on
+    # which (affinity, preferred) results exist), so 8 NUMA nodes stay cheap.
+    merged: set[tuple[Mask, bool]] = {(everything, True)}
+    for hints in lists:
+        merged = {
+            (affinity & (everything if hint.affinity is None else hint.affinity), preferred and hint.preferred)
+            for affinity, preferred in merged
+            for hint in hints
+        }
     best = Hint(everything, False)
-    for permutation in product(*lists):
-        affinity = everything
-        preferred = True
-        for hint in permutation:
-            affinity = affinity & (everything if hint.affinity is None else hint.affinity)
-            preferred = preferred and hint.preferred
+    for affinity, preferred in merged:
         if not affinity:
             continue
         assert best.affinity is not None
