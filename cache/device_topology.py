@@ -32,6 +32,15 @@ DEVICE_TOPOLOGY_VERSION = 1
 
 DeviceLinks = dict[tuple[DeviceKey, DeviceKey], DeviceLink]
 
+# More devices of one resource than any node carries: the annotation is wrong, not big.
+MAX_DEVICES_PER_RESOURCE = 1024
+# NUMA ids as the kernel numbers them (MAX_NUMNODES is at most 1024); the cache narrows this to the
+# node's own NUMA nodes.
+MAX_DEVICE_NUMA_ID = 1023
+
+# NVLinks between two devices: 18 on an H100; a larger count is a corrupt annotation.
+MAX_NVLINKS = 255
+
 # Fewest GPUs for which "every pair has the same NVLink count" means a switch fabric rather than
 # a small direct mesh that happens to be uniform (two or three GPUs are always pairwise joined).
 NVSWITCH_MIN_GPUS = 4
@@ -52,8 +61,10 @@ def parse_device_topology(text: str, node_name: str) -> tuple[dict[str, DeviceGr
     """
     try:
         document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DeviceTopologyError(f"node {node_name}: {DEVICE_TOPOLOGY_ANNOTATION} is not JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        # ValueError: JSONDecodeError, or an integer too long to convert; RecursionError: nesting.
+        message = str(error)[:120]
+        raise DeviceTopologyError(f"node {node_name}: {DEVICE_TOPOLOGY_ANNOTATION} is not JSON: {message}") from None
     return device_topology_from_document(document, node_name)
 
 
@@ -89,6 +100,10 @@ def _parse_devices(raw: Any, where: str) -> dict[str, tuple[DeviceInfo, ...]]:
             raise DeviceTopologyError(f"{where}: devices: resource names must be non-empty strings")
         if not isinstance(entries, list):
             raise DeviceTopologyError(f"{where}: devices[{resource}] must be a list")
+        if len(entries) > MAX_DEVICES_PER_RESOURCE:
+            raise DeviceTopologyError(
+                f"{where}: devices[{resource}] lists {len(entries)} devices (at most {MAX_DEVICES_PER_RESOURCE})"
+            )
         seen: set[str] = set()
         parsed: list[DeviceInfo] = []
         for index, entry in enumerate(entries):
@@ -111,8 +126,12 @@ def _parse_device(entry: Any, where: str) -> DeviceInfo:
     if not isinstance(device_id, str) or not device_id:
         raise DeviceTopologyError(f"{where}: id must be a non-empty string, got {device_id!r}")
     numa = entry.get("numa")
-    if numa is not None and (isinstance(numa, bool) or not isinstance(numa, int) or numa < 0):
-        raise DeviceTopologyError(f"{where} (device {device_id}): numa must be a NUMA id >= 0 or null, got {numa!r}")
+    if numa is not None and (
+        isinstance(numa, bool) or not isinstance(numa, int) or not 0 <= numa <= MAX_DEVICE_NUMA_ID
+    ):
+        raise DeviceTopologyError(
+            f"{where} (device {device_id}): numa must be a NUMA id 0-{MAX_DEVICE_NUMA_ID} or null, got {numa!r:.40}"
+        )
     healthy = entry.get("healthy", True)
     if not isinstance(healthy, bool):
         raise DeviceTopologyError(f"{where} (device {device_id}): healthy must be true or false, got {healthy!r}")
@@ -176,8 +195,8 @@ def _parse_link_values(entry: Mapping[str, Any], where: str) -> DeviceLink:
     nvlinks = entry.get("nvlinks", 0)
     if isinstance(nvlinks, bool) or not isinstance(nvlinks, int):
         raise DeviceTopologyError(f"{where}: nvlinks must be an integer, got {nvlinks!r}")
-    if nvlinks < 0:
-        raise DeviceTopologyError(f"{where}: nvlinks must not be negative, got {nvlinks}")
+    if not 0 <= nvlinks <= MAX_NVLINKS:
+        raise DeviceTopologyError(f"{where}: nvlinks must be 0-{MAX_NVLINKS}, got {nvlinks}")
     nvswitch = entry.get("nvswitch", False)
     if not isinstance(nvswitch, bool):
         raise DeviceTopologyError(f"{where}: nvswitch must be true or false, got {nvswitch!r}")

@@ -141,7 +141,7 @@ def test_a_pair_repeated_with_the_same_values_is_accepted() -> None:
             ),
             "given twice with different values",
         ),
-        (_document(links=[{"a": [GPU, "0"], "b": [GPU, "1"], "nvlinks": -1}]), "nvlinks must not be negative"),
+        (_document(links=[{"a": [GPU, "0"], "b": [GPU, "1"], "nvlinks": -1}]), "nvlinks must be 0-255"),
         (_document(links=[{"a": [GPU, "0"], "b": [GPU, "0"]}]), "to itself"),
         (_document(links=[{"a": [GPU, "0"], "b": [GPU, "1"], "pcie": "FAR"}]), "pcie must be one of"),
         (_document(links=[{"a": GPU, "b": [GPU, "1"]}]), "expected [resource, device id]"),
@@ -153,6 +153,11 @@ def test_a_pair_repeated_with_the_same_values_is_accepted() -> None:
         (_document(devices={GPU: [{"id": 0}]}, links=[], partitions={}), "id must be a non-empty string"),
         (_document(devices={GPU: [{"id": "0", "healthy": "yes"}]}, links=[], partitions={}), "healthy must be"),
         (_document(devices={GPU: {"id": "0"}}, links=[], partitions={}), "must be a list"),
+        (_document(devices={GPU: [{"id": "0", "numa": 1 << 40}]}, links=[], partitions={}), "numa must be"),
+        (_document(devices={GPU: [{"id": str(i)} for i in range(1025)]}, links=[], partitions={}), "at most 1024"),
+        (_document(links=[{"a": [GPU, "0"], "b": [GPU, "1"], "nvlinks": 1 << 70}]), "nvlinks must be 0-255"),
+        ("[" * 100000 + "]" * 100000, "is not JSON"),
+        ('{"version": ' + "1" * 5000 + "}", "is not JSON"),
     ],
 )
 def test_bad_documents_are_rejected_with_the_node_and_entry(text: str, message: str) -> None:

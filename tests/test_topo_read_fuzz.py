@@ -153,3 +153,27 @@ def test_any_json_as_a_whole_object_converts_or_is_a_conversion_error(document: 
     for convert in (numatopology_to_topology, nrt_to_topology, pod_allocation_report):
         with contextlib.suppress(ConversionError):
             convert(document if not isinstance(document, dict) else {**document, "metadata": {"name": "n"}})
+
+
+def device_topology_base() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(gpu_annotation())
+    document["links"] = [{"a": ["nvidia.com/gpu", "0"], "b": ["nvidia.com/gpu", "1"], "nvlinks": 2, "pcie": "PIX"}]
+    document["partitions"] = {"nvidia.com/gpu": [["0", "1", "2", "3"], ["4", "5", "6", "7"]]}
+    return document
+
+
+DEVICE_TOPOLOGY_PATHS = sorted(paths(device_topology_base()), key=repr)
+
+
+@FUZZ_SETTINGS
+@given(path=st.sampled_from(DEVICE_TOPOLOGY_PATHS), value=JSON_VALUES, as_key=st.booleans())
+def test_any_json_inside_the_device_topology_annotation_is_read_or_only_warned_about(
+    path: tuple[Any, ...], value: Any, as_key: bool
+) -> None:
+    obj = numatopology_base()
+    document = replaced(device_topology_base(), path, value, as_key)
+    obj["metadata"]["annotations"][DEVICE_TOPOLOGY_ANNOTATION] = json.dumps(document, allow_nan=True)
+    warnings: list[str] = []
+    with contextlib.suppress(ConversionError):
+        numatopology_to_topology(obj, on_warning=warnings.append)
+    assert len(warnings) <= 1
