@@ -212,3 +212,20 @@ def test_the_oracle_can_refuse_and_admit() -> None:
     two = attrs.evolve(three, request=2)
     assert not any(fits_every_way(three, numas) for numas in admissible_sets(three))
     assert all(fits_every_way(two, numas) for numas in admissible_sets(two))
+
+
+def test_nodes_alike_but_for_unknown_holders_do_not_share_an_admission() -> None:
+    # Same topology and the same free ids; only the second node has a holder of unknown ids. The
+    # plugin shares admissions between nodes alike within a session: it must not share this one.
+    case = Case((4, 4), frozenset(), unknown=3, request=2, policy=TopologyPolicy.SINGLE_NUMA_NODE)
+    clear = device_node(case)
+    clear.name = "clear"
+    clear.set_unknown_holder("stranger", None)
+    crowded = device_node(case)
+    crowded.name = "crowded"
+    plugin = NumaAwarePlugin(Arguments({}, plugin="numa-aware"))
+    task = pod("new", Resource(500, 1 << 30, {GPU: 4000}), QosClass.BURSTABLE)
+    assert plugin.predicate(task, clear).passed
+    refused = plugin.predicate(task, crowded)
+    assert not refused.passed and "3 nvidia.com/gpu held by pods whose ids are unknown" in refused.reason
+    assert plugin.predicate(task, clear).passed

@@ -226,6 +226,8 @@ def free_key(free: FreeResources) -> Hashable:
         tuple((resource, ids) for resource, ids in free.devices.items()),
         tuple((resource, tuple(per_numa.items())) for resource, per_numa in free.memory.items()),
         free.memory_groups,
+        tuple(free.unknown.items()),
+        tuple(free.unknown_pods.items()),
     )
 
 
