@@ -48,9 +48,28 @@ class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity, or one beyond what a quantity may be."""
 
 
+def shown(value: object, limit: int = 40) -> str:
+    """repr for a message, cut short; safe for any JSON value (Python refuses to print an int of
+    more than 4,300 digits, and a 5,000-digit string is no use in a log line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<integer of about {int(value.bit_length() * 0.30103)} digits>"
+    if isinstance(value, (dict, list)):
+        return f"<{type(value).__name__}>" if len(value) > 8 else _cut(repr_of_container(value), limit)
+    return _cut(repr(value), limit)
+
+
+def repr_of_container(value: dict[object, object] | list[object]) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{shown(key, 20)}: {shown(item, 20)}" for key, item in value.items()) + "}"
+    return "[" + ", ".join(shown(item, 20) for item in value) + "]"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 8]}...({len(text)} characters)"
+
+
 def _invalid(value: object, reason: str) -> QuantityError:
-    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:32]}...({len(str(value))} characters)"
-    return QuantityError(f"invalid quantity {shown}: {reason}")
+    return QuantityError(f"invalid quantity {shown(value)}: {reason}")
 
 
 def _scale(text: str) -> tuple[int, int, str] | str:

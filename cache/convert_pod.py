@@ -15,7 +15,7 @@ from typing import Any
 from numasched.api.allocation import ALLOCATION_ANNOTATION, AllocationError, PodAllocation, allocation_from_json
 from numasched.api.job import DEFAULT_QUEUE, JobInfo
 from numasched.api.node import NodeInfo, Taint
-from numasched.api.quantity import QuantityError, parse_integer, parse_quantity
+from numasched.api.quantity import QuantityError, parse_integer, parse_quantity, shown
 from numasched.api.resource import CPU, MEMORY, Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import (
@@ -42,6 +42,14 @@ class ConversionError(ValueError):
         self.message = message
 
 
+def _text(value: Any) -> str:
+    """A JSON scalar as text, as str() gives it, except that an integer too long for Python to print
+    (over 4,300 digits) becomes a short description instead of raising."""
+    if isinstance(value, (dict, list)) or (isinstance(value, int) and value.bit_length() > 128):
+        return shown(value)
+    return str(value)
+
+
 def _mapping(value: Any, kind: str, name: str, field: str) -> Mapping[str, Any]:
     if value is None:
         return {}
@@ -59,7 +67,7 @@ def _sequence(value: Any, kind: str, name: str, field: str) -> Sequence[Any]:
 
 
 def _string_map(value: Any, kind: str, name: str, field: str) -> dict[str, str]:
-    return {str(key): str(item) for key, item in _mapping(value, kind, name, field).items()}
+    return {_text(key): _text(item) for key, item in _mapping(value, kind, name, field).items()}
 
 
 def metadata_of(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[str, Any]]:
@@ -69,7 +77,7 @@ def metadata_of(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[st
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping) or not metadata.get("name"):
         raise ConversionError(kind, "<unknown>", "metadata.name is missing")
-    return str(metadata.get("namespace") or ""), str(metadata["name"]), metadata
+    return _text(metadata.get("namespace") or ""), _text(metadata["name"]), metadata
 
 
 def parse_timestamp(value: Any) -> float:
@@ -93,8 +101,7 @@ def _integer(value: Any, kind: str, name: str, field: str, *, low: int, high: in
     """A JSON integer within [low, high] (Go's int32 fields: priority, minMember, weight)."""
     # bool is an int in Python, never in JSON's Go reading.
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:32]}..."
-        raise ConversionError(kind, name, f"{field}: expected an integer from {low} to {high}, got {shown}")
+        raise ConversionError(kind, name, f"{field}: expected an integer from {low} to {high}, got {shown(value)}")
     return value
 
 
@@ -102,7 +109,7 @@ def _boolean(value: Any, kind: str, name: str, field: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ConversionError(kind, name, f"{field}: expected true or false, got {value!r:.40}")
+        raise ConversionError(kind, name, f"{field}: expected true or false, got {shown(value)}")
     return value
 
 
@@ -110,7 +117,7 @@ def _container(
     raw: Any, kind: str, pod_name: str, field: str, *, init: bool
 ) -> tuple[ContainerInfo, Mapping[str, Any], Mapping[str, Any]]:
     container = _mapping(raw, kind, pod_name, field)
-    name = str(container.get("name") or "")
+    name = _text(container.get("name") or "")
     if not name:
         raise ConversionError(kind, pod_name, f"{field}.name is missing")
     resources = _mapping(container.get("resources"), kind, pod_name, f"{field}.resources")
@@ -190,7 +197,7 @@ def effective_request(containers: Sequence[ContainerInfo], overhead: Resource) -
 
 
 def _task_status(spec: Mapping[str, Any], status: Mapping[str, Any], metadata: Mapping[str, Any]) -> TaskStatus:
-    phase = str(status.get("phase") or "Pending")
+    phase = _text(status.get("phase") or "Pending")
     if phase == "Succeeded":
         return TaskStatus.SUCCEEDED
     if phase == "Failed":
@@ -209,8 +216,8 @@ def _requirements(raw: Any, kind: str, name: str, field: str) -> tuple[NodeSelec
         key, operator = entry.get("key"), entry.get("operator")
         if not key or not operator:
             raise ConversionError(kind, name, f"{field}[{index}]: key and operator are required")
-        values = tuple(str(v) for v in _sequence(entry.get("values"), kind, name, f"{field}[{index}].values"))
-        result.append(NodeSelectorRequirement(str(key), str(operator), values))
+        values = tuple(_text(v) for v in _sequence(entry.get("values"), kind, name, f"{field}[{index}].values"))
+        result.append(NodeSelectorRequirement(_text(key), _text(operator), values))
     return tuple(result)
 
 
@@ -237,10 +244,10 @@ def _tolerations(spec: Mapping[str, Any], name: str) -> tuple[Toleration, ...]:
         entry = _mapping(raw, "Pod", name, f"spec.tolerations[{index}]")
         result.append(
             Toleration(
-                key=str(entry.get("key") or ""),
-                operator=str(entry.get("operator") or "Equal"),
-                value=str(entry.get("value") or ""),
-                effect=str(entry.get("effect") or ""),
+                key=_text(entry.get("key") or ""),
+                operator=_text(entry.get("operator") or "Equal"),
+                value=_text(entry.get("value") or ""),
+                effect=_text(entry.get("effect") or ""),
             )
         )
     return tuple(result)
@@ -317,7 +324,7 @@ def pod_to_task(obj: Mapping[str, Any]) -> TaskInfo:
     if priority is not None:
         priority = _integer(priority, "Pod", key, "spec.priority", low=_INT32_MIN, high=_INT32_MAX)
     return TaskInfo(
-        uid=str(metadata.get("uid") or key),
+        uid=_text(metadata.get("uid") or key),
         namespace=namespace,
         name=name,
         job_id=job_id,
@@ -327,14 +334,14 @@ def pod_to_task(obj: Mapping[str, Any]) -> TaskInfo:
         status=_task_status(spec, status, metadata),
         priority=int(priority or 0),
         qos=_declared_qos(status) or qos_class(raw_resources),
-        node_name=str(spec.get("nodeName") or ""),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=_text(spec.get("nodeName") or ""),
+        scheduler_name=_text(spec.get("schedulerName") or "default-scheduler"),
         node_selector=_string_map(spec.get("nodeSelector"), "Pod", key, "spec.nodeSelector"),
         required_node_terms=_required_node_terms(spec, key),
         tolerations=_tolerations(spec, key),
         labels=_string_map(metadata.get("labels"), "Pod", key, "metadata.labels"),
         annotations=annotations,
-        priority_class_name=str(spec.get("priorityClassName") or ""),
+        priority_class_name=_text(spec.get("priorityClassName") or ""),
         creation_timestamp=parse_timestamp(metadata.get("creationTimestamp")),
     )
 
@@ -371,7 +378,9 @@ def node_to_node_info(obj: Mapping[str, Any]) -> NodeInfo:
     taints = []
     for index, raw in enumerate(_sequence(spec.get("taints"), "Node", name, "spec.taints")):
         entry = _mapping(raw, "Node", name, f"spec.taints[{index}]")
-        taints.append(Taint(str(entry.get("key") or ""), str(entry.get("value") or ""), str(entry.get("effect") or "")))
+        taints.append(
+            Taint(_text(entry.get("key") or ""), _text(entry.get("value") or ""), _text(entry.get("effect") or ""))
+        )
     ready = True
     for raw in _sequence(status.get("conditions"), "Node", name, "status.conditions"):
         condition = _mapping(raw, "Node", name, "status.conditions[]")
@@ -397,12 +406,12 @@ def podgroup_to_job(obj: Mapping[str, Any]) -> JobInfo:
         uid=key,
         namespace=namespace,
         name=name,
-        queue=str(spec.get("queue") or DEFAULT_QUEUE),
+        queue=_text(spec.get("queue") or DEFAULT_QUEUE),
         min_available=min_member,
-        priority_class_name=str(spec.get("priorityClassName") or ""),
+        priority_class_name=_text(spec.get("priorityClassName") or ""),
         creation_timestamp=parse_timestamp(metadata.get("creationTimestamp")),
         has_pod_group=True,
-        pod_group_phase=str(status.get("phase") or "Pending"),
+        pod_group_phase=_text(status.get("phase") or "Pending"),
         min_resources=_resources(min_resources_raw, "PodGroup", key, "spec.minResources")
         if min_resources_raw
         else None,
@@ -414,7 +423,7 @@ def queue_to_queue_info(obj: Mapping[str, Any]) -> QueueInfo:
     spec = _mapping(obj.get("spec"), "Queue", name, "spec")
     status = _mapping(obj.get("status"), "Queue", name, "status")
     weight = _integer(spec.get("weight", 1), "Queue", name, "spec.weight", low=0, high=_INT32_MAX)
-    return QueueInfo(name=name, weight=weight, state=str(status.get("state") or "Open"))
+    return QueueInfo(name=name, weight=weight, state=_text(status.get("state") or "Open"))
 
 
 def priority_class_value(obj: Mapping[str, Any]) -> tuple[str, int]:

@@ -53,7 +53,8 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType("nodeinfo.volcano.sh", "v1alpha1", "numatopologies", "Numatopology", False),
     ResourceType("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", "NodeResourceTopology", False),
-    ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True, ("status",)),
+    # Volcano's PodGroup CRD declares `subresources: {}`: PATCH .../podgroups/<name>/status is a 404.
+    ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True),
     ResourceType("scheduling.volcano.sh", "v1beta1", "queues", "Queue", False, ("status",)),
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False),
 )

@@ -215,18 +215,29 @@ async def test_custom_resources_cluster_and_namespaced_and_missing_group(
         "metadata": {"name": "g"},
         "spec": {"minMember": 2},
     }
-    await custom.create_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "ns", "podgroups", group)
-    await custom.patch_namespaced_custom_object_status(
-        "scheduling.volcano.sh",
-        "v1beta1",
-        "ns",
-        "podgroups",
-        "g",
-        {"status": {"phase": "Running"}},
-        _content_type="application/merge-patch+json",
+    created = await custom.create_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "ns", "podgroups", group)
+    # As Volcano's CRD: no status subresource, so status is written with the whole object.
+    with pytest.raises(ApiException) as no_subresource:
+        await custom.patch_namespaced_custom_object_status(
+            "scheduling.volcano.sh",
+            "v1beta1",
+            "ns",
+            "podgroups",
+            "g",
+            {"status": {"phase": "Running"}},
+            _content_type="application/merge-patch+json",
+        )
+    assert no_subresource.value.status == 404
+    await custom.replace_namespaced_custom_object(
+        "scheduling.volcano.sh", "v1beta1", "ns", "podgroups", "g", {**created, "status": {"phase": "Running"}}
     )
     stored = server.get("scheduling.volcano.sh/v1beta1", "PodGroup", "g", "ns")
     assert stored is not None and stored["status"] == {"phase": "Running"}
+    with pytest.raises(ApiException) as stale:
+        await custom.replace_namespaced_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "ns", "podgroups", "g", {**created, "status": {"phase": "Pending"}}
+        )
+    assert stale.value.status == 409
     server.uninstall_group("nodeinfo.volcano.sh")
     with pytest.raises(ApiException) as missing:
         await custom.list_cluster_custom_object("nodeinfo.volcano.sh", "v1alpha1", "numatopologies")

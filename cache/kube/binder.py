@@ -3,10 +3,16 @@
 Every call is bounded by a timeout. The binder uses the client's raw mode and reads the status
 code itself: the client cannot deserialize the Status the API server answers a Binding with, and
 in raw mode it does not raise on 4xx/5xx, so the code is the only truth about the outcome.
+
+PodGroup status is written as Volcano writes it: Volcano's PodGroup CRD declares no status
+subresource (`subresources: {}`), so `PATCH podgroups/<name>/status` is a 404 on a real install.
+We read the object, set its status, and update the whole object with the resourceVersion we read
+as precondition; a 409 (someone wrote in between) reads again and re-applies, a few times.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -25,6 +31,8 @@ from numasched.cache.kube.informer import read_status
 log = structlog.get_logger("numasched.binder")
 
 DEFAULT_TIMEOUT_S = 10.0
+# Read-modify-write rounds for a PodGroup before giving up until its next report.
+POD_GROUP_CONFLICT_RETRIES = 5
 # The same unschedulable message is not written again for a pod more often than this.
 DEFAULT_REPEAT_INTERVAL_S = 60.0
 MERGE_PATCH = "application/merge-patch+json"
@@ -135,25 +143,32 @@ class KubeStatusReporter:
     async def unschedulable(self, task: TaskInfo, message: str) -> None:
         if not self._should_write(task.uid or task.key, message):
             return
+        await self.pod_unschedulable(pod_reference(task), message)
+
+    async def pod_unschedulable(
+        self, reference: Mapping[str, str], message: str, *, reason: str = "Unschedulable"
+    ) -> None:
+        """PodScheduled=False with `reason` and a FailedScheduling event, on the pod `reference` names."""
         condition = {
             "type": "PodScheduled",
             "status": "False",
-            "reason": "Unschedulable",
+            "reason": reason,
             "message": message,
             "lastProbeTime": None,
             "lastTransitionTime": rfc3339(),
         }
+        namespace, name = str(reference.get("namespace") or ""), str(reference.get("name") or "")
         await self._call(
-            f"pod {task.key} condition",
+            f"pod {namespace}/{name} condition",
             self._core.patch_namespaced_pod_status(
-                task.name,
-                task.namespace,
+                name,
+                namespace,
                 {"status": {"conditions": [condition]}},
                 _preload_content=False,
                 _request_timeout=self._timeout,
             ),
         )
-        await self.event(pod_reference(task), "Warning", "FailedScheduling", message, action="Scheduling")
+        await self.event(reference, "Warning", "FailedScheduling", message, action="Scheduling")
 
     async def job_status(self, job: JobInfo, phase: str, message: str) -> None:
         if not job.has_pod_group or not self._should_write(f"podgroup/{job.key}", f"{phase}\n{message}"):
@@ -167,29 +182,96 @@ class KubeStatusReporter:
             "transitionID": str(uuid.uuid4()),
             "lastTransitionTime": rfc3339(),
         }
-        await self._call(
-            f"podgroup {job.key} status",
-            self._custom.patch_namespaced_custom_object_status(
-                "scheduling.volcano.sh",
-                "v1beta1",
-                job.namespace,
-                "podgroups",
-                job.name,
-                {"status": {"phase": phase, "conditions": [condition]}},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
+        uid = await self._update_pod_group_status(job, phase, condition)
         if message:
             reference = {
                 "apiVersion": "scheduling.volcano.sh/v1beta1",
                 "kind": "PodGroup",
                 "namespace": job.namespace,
                 "name": job.name,
-                "uid": job.uid if "/" not in job.uid else "",
+                "uid": uid,
             }
             await self.event(reference, "Warning", "Unschedulable", message, action="Scheduling")
+
+    async def _update_pod_group_status(self, job: JobInfo, phase: str, condition: Mapping[str, Any]) -> str:
+        """Read, set status, update with the read resourceVersion; again on 409. The uid read, or ""."""
+        what = f"podgroup {job.key} status"
+        uid = ""
+        for _ in range(POD_GROUP_CONFLICT_RETRIES):
+            current = await self._read(
+                what,
+                self._custom.get_namespaced_custom_object(
+                    "scheduling.volcano.sh",
+                    "v1beta1",
+                    job.namespace,
+                    "podgroups",
+                    job.name,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            if current is None:
+                return uid
+            metadata = current.get("metadata")
+            uid = str(metadata.get("uid") or "") if isinstance(metadata, Mapping) else ""
+            updated = with_pod_group_status(current, phase, condition)
+            if updated == current:
+                return uid
+            status = await self._write(
+                what,
+                self._custom.replace_namespaced_custom_object(
+                    "scheduling.volcano.sh",
+                    "v1beta1",
+                    job.namespace,
+                    "podgroups",
+                    job.name,
+                    updated,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            if status != 409:
+                return uid
+        self.write_errors += 1
+        log.warning("status write gave up", target=what, conflicts=POD_GROUP_CONFLICT_RETRIES)
+        return uid
+
+    async def _read(self, what: str, request: Any) -> dict[str, Any] | None:
+        """The JSON object a GET answers, or None (logged) when it fails or is not an object."""
+        try:
+            response = await request
+            if not 200 <= response.status < 300:
+                error_status = await read_status(response)
+                if error_status.status != 404:
+                    self.write_errors += 1
+                    log.warning("read before write refused", target=what, status=error_status.status)
+                return None
+            try:
+                body = json.loads(await response.read())
+            finally:
+                response.release()
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
+            self.write_errors += 1
+            log.warning("read before write failed", target=what, error=repr(error))
+            return None
+        return body if isinstance(body, dict) else None
+
+    async def _write(self, what: str, request: Any) -> int:
+        """Send a write; its HTTP status (0 when no answer came). 409 is left to the caller."""
+        try:
+            response = await request
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            self.write_errors += 1
+            log.warning("status write failed", target=what, error=repr(error))
+            return 0
+        if 200 <= response.status < 300:
+            response.release()
+            return int(response.status)
+        error_status = await read_status(response)
+        if error_status.status != 409:
+            self.write_errors += 1
+            log.warning("status write refused", target=what, status=error_status.status, error=error_status.message)
+        return error_status.status
 
     async def event(
         self, involved: Mapping[str, Any], event_type: str, reason: str, message: str, *, action: str = ""
@@ -235,3 +317,30 @@ class KubeStatusReporter:
 
 def pod_reference(task: TaskInfo) -> dict[str, str]:
     return {"apiVersion": "v1", "kind": "Pod", "namespace": task.namespace, "name": task.name, "uid": task.uid}
+
+
+def with_pod_group_status(current: Mapping[str, Any], phase: str, condition: Mapping[str, Any]) -> dict[str, Any]:
+    """The PodGroup with its status phase set and `condition` in place of any of the same type, as
+    Volcano's scheduler updates it. An existing condition that says the same (status, reason,
+    message) is kept as it is, so an unchanged report is a no-op write (no new resourceVersion)."""
+    updated = dict(current)
+    raw_status = current.get("status")
+    status: dict[str, Any] = dict(raw_status) if isinstance(raw_status, Mapping) else {}
+    raw_conditions = status.get("conditions")
+    conditions = [c for c in raw_conditions if isinstance(c, Mapping)] if isinstance(raw_conditions, list) else []
+    same = ("status", "reason", "message")
+    result: list[Mapping[str, Any]] = []
+    placed = False
+    for existing in conditions:
+        if existing.get("type") != condition.get("type"):
+            result.append(existing)
+        elif not placed:
+            placed = True
+            says_the_same = all(existing.get(key) == condition.get(key) for key in same)
+            result.append(existing if says_the_same else dict(condition))
+    if not placed:
+        result.append(dict(condition))
+    status["phase"] = phase
+    status["conditions"] = result
+    updated["status"] = status
+    return updated

@@ -5,12 +5,19 @@ list's resourceVersion with bookmarks. A 410 Gone re-lists at once; any other fa
 after a capped exponential backoff with jitter. A resource whose API group is not installed (404)
 is reported once and retried slowly; it never stops the others. Objects are handled as plain JSON
 dicts (the client's raw mode), so nothing is lost or renamed by the client's models.
+
+No object can stall a watch: whatever the sink raises while taking one event (a converter bug, an
+object nothing foresaw) is logged once with the kind, name and resourceVersion, and the watch moves
+past it; reconnecting from the same resourceVersion would only replay the same event for ever. An
+event line that is not even JSON we can read is skipped the same way when its resourceVersion can
+be found in it. Conversion problems proper (ConversionError) are the sink's to report.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -20,6 +27,7 @@ import anyio
 import attrs
 import structlog
 
+from numasched.api.quantity import shown
 from numasched.cache.events import EventType, ObjectEvent
 
 log = structlog.get_logger("numasched.informer")
@@ -98,6 +106,39 @@ async def read_status(response: Any) -> ApiStatusError:
     return ApiStatusError(int(response.status), message)
 
 
+# Python refuses to turn more than 4,300 digits into an int (CVE-2020-10735); Go's decoder does not
+# care. A longer integer is read as a float (inf, or a large finite one) for the converters to refuse.
+_LONGEST_INT_TEXT = 4000
+# Where a line we cannot parse still says what it was: the API server writes the event type first
+# and the object's metadata (with its resourceVersion) before anything nested.
+_EVENT_TYPE = re.compile(rb'"type"\s*:\s*"(ADDED|MODIFIED|DELETED|BOOKMARK)"')
+_RESOURCE_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([^"\\]{1,64})"')
+_NAME = re.compile(rb'"name"\s*:\s*"([^"\\]{1,253})"')
+
+
+def _describe(obj: Mapping[str, Any]) -> str:
+    """namespace/name of an object for a log line; never raises, whatever the object holds."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return "<no metadata>"
+    parts = [metadata.get("namespace"), metadata.get("name")]
+    return "/".join(shown(part, 253) for part in parts if isinstance(part, str) and part) or "<no name>"
+
+
+def _tolerant_int(text: str) -> int | float:
+    return int(text) if len(text) <= _LONGEST_INT_TEXT else float(text)
+
+
+def parse_json(data: bytes) -> Any:
+    """json.loads that reads what the API server may send and Python would refuse by default:
+    integers beyond 4,300 digits and bytes that are not UTF-8. Raises ValueError or RecursionError."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        # The rare slow path: parse_int costs a Python call per integer.
+        return json.loads(data.decode("utf-8", "replace"), parse_int=_tolerant_int)
+
+
 def with_kind(obj: Mapping[str, Any], api_version: str, kind: str) -> Mapping[str, Any]:
     """List items come without apiVersion/kind; converters and messages want them."""
     if obj.get("kind") and obj.get("apiVersion"):
@@ -140,6 +181,8 @@ class Informer:
         self.resource_version = ""
         self.relists = 0
         self.reconnects = 0
+        # Events the sink could not take (or we could not read), each skipped once.
+        self.poison_events = 0
         self._log = log.bind(kind=kind)
 
     async def run(self) -> None:
@@ -170,6 +213,16 @@ class Informer:
                 delay = self._backoff.next_delay()
                 self._log.warning("list/watch interrupted", error=repr(error), retry_in=delay)
                 await anyio.sleep(delay)
+            except Exception as error:  # nothing unforeseen may end this informer
+                # Not a network fault we know: start again from a fresh list, after a pause.
+                self.resource_version = ""
+                delay = self._backoff.next_delay()
+                self._log.error(
+                    "list/watch failed unexpectedly; re-listing",
+                    error=f"{type(error).__name__}: {error}",
+                    retry_in=delay,
+                )
+                await anyio.sleep(delay)
 
     async def _missing(self, error: ApiStatusError) -> None:
         if self.installed:
@@ -192,15 +245,19 @@ class Informer:
             raise await read_status(response)
         try:
             with anyio.fail_after(self.timing.request_timeout):
-                body = json.loads(await response.read())
+                data = await response.read()
         finally:
             response.release()
+        try:
+            body = parse_json(data)
+        except RecursionError:
+            raise ValueError(f"{self.kind} list nests deeper than this reader can follow") from None
         items = body.get("items") if isinstance(body, dict) else None
         if not isinstance(items, list):
             raise ValueError(f"{self.kind} list has no items array")
         kind = str(body.get("kind", "")).removesuffix("List") or self.kind
         objects = [with_kind(item, self.api_version, kind) for item in items if isinstance(item, Mapping)]
-        self._sink.replace(self.kind, objects)
+        self._deliver_list(objects)
         if not self.installed:
             self._log.info("resource is served again", api_version=self.api_version)
         self.installed = True
@@ -240,8 +297,59 @@ class Informer:
             response.release()
         return delivered
 
+    def _deliver_list(self, objects: list[Mapping[str, Any]]) -> None:
+        try:
+            self._sink.replace(self.kind, objects)
+        except Exception as error:  # one object must not keep the rest out
+            # The sink stopped part-way; hand it the objects one by one, so each bad one only
+            # loses itself (the re-list's deletions come first in a replace, and are done).
+            self._log.error("re-list not taken whole; delivering its objects one by one", error=repr(error))
+            for obj in objects:
+                self._deliver(ObjectEvent(self.kind, EventType.MODIFIED, obj), self._version_of(obj))
+
+    def _deliver(self, event: ObjectEvent, version: str) -> None:
+        """Give one event to the sink; whatever it raises is reported once and left behind."""
+        try:
+            self._sink.apply(event)
+        except Exception as error:  # the watch moves past a poison event
+            self.poison_events += 1
+            self._log.error(
+                "event not handled; skipped",
+                event=str(event.type),
+                object=_describe(event.obj),
+                resource_version=version,
+                error=f"{type(error).__name__}: {error}",
+            )
+
+    def _version_of(self, obj: Mapping[str, Any]) -> str:
+        metadata = obj.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        return str(version) if version else self.resource_version
+
+    def _skip_unreadable(self, line: bytes, error: BaseException) -> None:
+        """A line that does not parse: move past it if it says which version it was, else give up
+        on this stream (a truncated line is a transport fault; reconnecting reads it again whole)."""
+        event_type = _EVENT_TYPE.search(line)
+        version = _RESOURCE_VERSION.search(line)
+        if event_type is None or version is None:
+            raise ValueError(f"{self.kind} watch sent an unreadable line: {error!r:.200}") from None
+        name = _NAME.search(line)
+        self.poison_events += 1
+        self._log.error(
+            "unreadable event skipped",
+            event=event_type[1].decode(),
+            object=name[1].decode("utf-8", "replace") if name else "<unknown>",
+            resource_version=version[1].decode("utf-8", "replace"),
+            error=f"{type(error).__name__}: {error!s:.200}",
+        )
+        self.resource_version = version[1].decode("utf-8", "replace")
+
     def _handle_line(self, line: bytes) -> None:
-        event = json.loads(line)
+        try:
+            event = parse_json(line)
+        except (ValueError, RecursionError) as error:
+            self._skip_unreadable(line, error)
+            return
         if not isinstance(event, dict):
             raise ValueError(f"{self.kind} watch sent a non-object line")
         event_type = event.get("type")
@@ -261,5 +369,5 @@ class Informer:
             kind_of_event = EventType(str(event_type))
         except ValueError as error:
             raise ValueError(f"{self.kind} watch sent unknown event type {event_type!r}") from error
-        self._sink.apply(ObjectEvent(self.kind, kind_of_event, with_kind(obj, self.api_version, self.kind)))
+        self._deliver(ObjectEvent(self.kind, kind_of_event, with_kind(obj, self.api_version, self.kind)), version)
         self.resource_version = version
