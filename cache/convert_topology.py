@@ -57,6 +57,7 @@ from numasched.api.topology import (
 )
 from numasched.cache.convert_pod import ConversionError, metadata_of
 from numasched.cache.device_topology import DeviceTopologyError, parse_device_topology
+from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.plugins.numaaware.providers.cpu_assignment import CpuAssignmentError, take_packed
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
 
@@ -582,7 +583,7 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
                 raise fail(f"{field}.capacity: {capacity} devices but the node's topology lists {len(group.devices)}")
             available_devices[resource] = _device_ids(text, group, fail, f"{field}.allocatable")
 
-    return NumaTopology(
+    topology = NumaTopology(
         node_name=name,
         numa_ids=tuple(sorted(numa_ids)),
         cpus=cpus,
@@ -595,6 +596,18 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
         available_cpus=available_cpus,
         available_devices=available_devices,
     )
+    detail_text = _annotations(metadata, fail).get(NUMA_DETAIL_ANNOTATION)
+    if detail_text:
+        try:
+            topology = apply_numa_detail(
+                topology, parse_numa_detail(_string(detail_text, fail, NUMA_DETAIL_ANNOTATION))
+            )
+        except (ValueError, RecursionError) as error:
+            # Distances, L3 groups and memory per NUMA node refine choices; without them the node
+            # keeps what spec says (Volcano's schema has none of them).
+            if on_warning is not None:
+                on_warning(f"annotation {NUMA_DETAIL_ANNOTATION}: {str(error)[:200]}; its NUMA detail is ignored")
+    return topology
 
 
 # -- what a Numatopology says its pods hold -----------------------------------------------------------

@@ -28,6 +28,7 @@ from numasched.cache.convert_topology import (
     pod_allocation_report,
     reported_pod_allocations,
 )
+from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
 
 
 def cpu_detail() -> dict[str, dict[str, int]]:
@@ -316,3 +317,21 @@ def test_huge_ids_are_refused_quickly(mutate: Any) -> None:
         numatopology_to_topology(obj)
         pod_allocation_report(obj)
     assert time.perf_counter() - started < 0.5
+
+
+def test_numa_detail_annotation_adds_distances_l3_groups_and_memory_or_is_only_warned_about() -> None:
+    obj = volcano_object()
+    obj["metadata"]["annotations"][NUMA_DETAIL_ANNOTATION] = format_numa_detail(
+        {0: {0: 10, 1: 32}, 1: {0: 32, 1: 10}},
+        {"memory": {0: 64 << 30, 1: 64 << 30}},
+        {"memory": {0: 60 << 30, 1: 62 << 30}},
+        {0: IdSet.parse("0,4"), 1: IdSet.parse("1,5"), 2: IdSet.parse("2-3,6-7")},
+    )
+    topology = numatopology_to_topology(obj)
+    assert topology.distance(0, 1) == 32
+    assert topology.memory == {"memory": {0: 60 << 30, 1: 62 << 30}}
+    assert [topology.cpu_info[cpu].l3 for cpu in range(8)] == [0, 1, 2, 2, 0, 1, 2, 2]
+    obj["metadata"]["annotations"][NUMA_DETAIL_ANNOTATION] = '{"version": 1, "distances": {"0": {"7": 10}}}'
+    warnings: list[str] = []
+    topology = numatopology_to_topology(obj, on_warning=warnings.append)
+    assert topology.distances == {} and len(warnings) == 1 and NUMA_DETAIL_ANNOTATION in warnings[0]
