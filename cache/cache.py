@@ -21,7 +21,6 @@ from numasched.api.node import NodeInfo, UnknownHolder, pinned_holdings, unknown
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import QosClass, TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology
-from numasched.cache import convert_topology
 from numasched.cache.convert_pod import (
     ConversionError,
     bound_pod_allocation,
@@ -32,7 +31,7 @@ from numasched.cache.convert_pod import (
     priority_class_value,
     queue_to_queue_info,
 )
-from numasched.cache.convert_topology import nrt_to_topology, numatopology_to_topology
+from numasched.cache.convert_topology import nrt_to_topology, numatopology_to_topology, pod_allocation_report
 from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent, object_key, object_name
 from numasched.cache.pod_fingerprint import pods_fingerprint
 
@@ -65,27 +64,6 @@ class _TopologyRecord:
     topology: NumaTopology | None
     error: str
     reported: ReportedAllocations = attrs.field(factory=ReportedAllocations)
-
-
-def _allocation_report(
-    obj: Mapping[str, Any], topology: NumaTopology, on_warning: Callable[[str], None]
-) -> ReportedAllocations:
-    """What a Numatopology says its pods hold, and which pods it accounts for.
-
-    The converter gives it as ReportedAllocations (pod_allocation_report); an older converter gave
-    only the per-pod allocations, keyed by uid and namespace/name, every one of them accounted.
-    """
-    report = getattr(convert_topology, "pod_allocation_report", None)
-    if callable(report):
-        result = report(obj, topology, on_warning)
-        if isinstance(result, ReportedAllocations):
-            return result
-    legacy = getattr(convert_topology, "reported_pod_allocations", None)
-    if callable(legacy):
-        allocations = legacy(obj)
-        if isinstance(allocations, Mapping):
-            return ReportedAllocations(dict(allocations), frozenset(str(key) for key in allocations))
-    return ReportedAllocations()
 
 
 def capacity_mismatch(topology: NumaTopology, node: NodeInfo) -> str:
@@ -290,7 +268,7 @@ class Cache:
                     self._problem(kind, key, message)
 
                 topology = numatopology_to_topology(obj, warn)
-                return _TopologyRecord(kind, topology, "", _allocation_report(obj, topology, warn))
+                return _TopologyRecord(kind, topology, "", pod_allocation_report(obj, topology, warn))
             return _TopologyRecord(kind, nrt_to_topology(obj), "")
         except ConversionError as error:
             self._problem(kind, key, error.message)

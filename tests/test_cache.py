@@ -293,7 +293,7 @@ def test_bindings_on_count_only_topologies_carry_numa_nodes_not_placeholder_ids(
         (lambda obj: obj["zones"][0].update(name="socket"), "expected a name like node-0"),
         (
             lambda obj: obj["zones"][0]["resources"][0].update(allocatable="lots"),
-            "zones\\[node-0\\].resources\\[cpu\\]: invalid quantity",
+            "zones\\[node-0\\].resources\\[cpu\\].allocatable: invalid quantity",
         ),
         (
             lambda obj: obj.update(attributes=[{"name": "topologyManagerPolicy", "value": "strict"}]),
