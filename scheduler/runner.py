@@ -25,6 +25,7 @@ from numasched.cache.binder import BindStatus
 from numasched.cache.cache import Cache
 from numasched.cache.kube.binder import DEFAULT_REPEAT_INTERVAL_S, KubeBinder, KubeStatusReporter
 from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, Informer, InformerTiming
+from numasched.cache.kube.problems import ObjectProblemWriter
 from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef, build_informers
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
 from numasched.conf.loader import ConfigError
@@ -247,7 +248,13 @@ class SchedulerRunner:
     # -- callbacks ------------------------------------------------------------------------------
 
     def _on_problem(self, kind: str, name: str, message: str) -> None:
-        log.warning("object not usable", kind=kind, object=name, problem=message)
+        """A bad object, already logged by the cache: noted for the problem writer, which writes it
+        onto the object as the leader (PodScheduled=False and FailedScheduling on our pods, a
+        Warning event on other kinds), once per object version. Never raises: the cache calls it
+        while an informer delivers."""
+        writer: ObjectProblemWriter | None = getattr(self, "problem_writer", None)
+        if writer is not None:
+            writer.note(kind, name, message)
 
     async def _report_rejected_config(self, obj: Mapping[str, Any], message: str) -> None:
         self.metrics.config_rejected.inc()
