@@ -1,12 +1,12 @@
 """Placement quality of a finished benchmark run, judged the way the nodes would judge it.
 
-For every node the pods bound to it are replayed in bind order through a model of the kubelet:
-the CPU manager (static policy), device manager and memory manager hint providers of
-numasched.plugins.numaaware.providers, merged by the Topology Manager's policy of that node
-(numasched.plugins.numaaware.policy.merge, walked per container by admission.place_pod). A pod
-whose merged hint the node's policy does not admit is counted as rejected and takes nothing.
-An admitted pod holds what the scheduler decided for it (numasched.io/allocation) where it carries
-a decision, and otherwise what the kubelet's own providers pick, resource by resource.
+For every node the pods bound to it are replayed in bind order through hack/kubelet_model.py, an
+independent model of the kubelet written from the kubelet's sources (Topology Manager merge and
+policies, static CPU manager and device manager hints, QoS); it shares no code with numasched's
+numa-aware providers or policy, so it can contradict them. A pod the model does not admit on the
+node's state at that point is counted as a kubelet rejection and takes nothing. An admitted pod holds
+what the scheduler decided for it (numasched.io/allocation) where it carries a decision, and
+otherwise what the model's kubelet picks, resource by resource.
 
 From the same replay:
 * span: pods whose pinned CPUs and devices touch more NUMA nodes than the fewest that the node's
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from itertools import combinations
+from typing import Any
 
 import attrs
+import kubelet_model  # type: ignore[import-not-found]
 
 from numasched.api.allocation import ContainerAllocation, PodAllocation
 from numasched.api.idset import IdSet
@@ -31,20 +33,13 @@ from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo
 from numasched.api.topology import CpuManagerPolicy, NumaTopology
-from numasched.plugins.numaaware.admission import container_request, containers_in_order, place_pod
-from numasched.plugins.numaaware.policy import check_numa_node_limit
-from numasched.plugins.numaaware.providers.base import HintProvider, free_resources
-from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory, guaranteed_cpus
-from numasched.plugins.numaaware.providers.device import device_provider_factory, requested_devices
-from numasched.plugins.numaaware.providers.memory import memory_provider_factory
+from numasched.plugins.numaaware.admission import container_request, containers_in_order
+from numasched.plugins.numaaware.providers.base import free_resources
+from numasched.plugins.numaaware.providers.cpu import guaranteed_cpus
+from numasched.plugins.numaaware.providers.device import requested_devices
 
 GPU = "nvidia.com/gpu"
 REPLAY_DEVICES = (GPU, "rdma/hca")
-
-
-def kubelet_providers() -> list[HintProvider]:
-    """The kubelet's hint providers: CPU manager, device manager (GPUs and RDMA NICs), memory manager."""
-    return [cpu_provider_factory({}), device_provider_factory({}), memory_provider_factory({})]
 
 
 @attrs.frozen(slots=True)
@@ -224,38 +219,43 @@ class QualityReport:
         }
 
 
+def kubelet_allocation(task: TaskInfo, admission: Any) -> PodAllocation:
+    """What the model's kubelet gave each container of an admitted pod, as an allocation record."""
+    containers = []
+    for name, (cpus, devices) in admission.containers.items():
+        ids = {resource: tuple(sorted(found)) for resource, found in devices.items() if found}
+        containers.append(ContainerAllocation(name, IdSet(sorted(cpus)), None, ids))
+    return PodAllocation(tuple(containers))
+
+
 def replay_node(
-    node: NodeInfo,
-    tasks: Sequence[TaskInfo],
-    providers: Sequence[HintProvider],
-    report: QualityReport,
-    widths: WidthCache | None = None,
+    node: NodeInfo, tasks: Sequence[TaskInfo], report: QualityReport, widths: WidthCache | None = None
 ) -> NodeInfo:
     """Admit the node's pods in bind order as its kubelet would; returns the node as it ends up."""
     state = NodeInfo.create(node.name, node.allocatable, node.capacity)
     state.topology = node.topology
     topology = node.topology
     cache = widths or WidthCache()
+    kubelet = kubelet_model.NodeState.empty(kubelet_model.node_from_topology(topology)) if topology else None
     for task in tasks:
         report.placed += 1
-        if topology is None:
+        if topology is None or kubelet is None:
             state.add_task(attrs.evolve(task, allocation=None))
             continue
-        policy = topology.policies.topology_manager_policy
-        free_before = free_resources(state)
-        refusal = check_numa_node_limit(policy, len(topology.numa_ids), topology.policies.max_allowable_numa_nodes)
-        placement = place_pod(task, topology, free_before, providers, policy)
-        if refusal is not None or not placement.admitted:
+        admission = kubelet_model.admit(kubelet, kubelet_model.pod_from_task(task))
+        if not admission.admitted:
             report.rejected += 1
             if len(report.rejection_examples) < 5:
-                report.rejection_examples.append(
-                    f"{task.key} on {node.name} ({policy.value}): {refusal or placement.reason}"
-                )
+                policy = topology.policies.topology_manager_policy.value
+                report.rejection_examples.append(f"{task.key} on {node.name} ({policy}): {admission.reason}")
             continue
+        free_before = free_resources(state)
         decision = task.allocation
         if decision is not None and _conflicts(state, decision):
             report.decision_conflicts += 1
-        held = effective_allocation(decision, placement.allocation)
+        held = effective_allocation(decision, kubelet_allocation(task, admission))
+        if held is not None:
+            kubelet.take(held.cpus(), {resource: held.devices(resource) for resource in held.resources()})
         _judge(topology, task, held, free_before.free_devices(GPU), report, cache)
         state.add_task(attrs.evolve(task, allocation=held))
     return state
@@ -313,17 +313,11 @@ def stranded_gpus(
     return len(free_gpus), len(free_gpus) - len(usable)
 
 
-def evaluate(
-    snapshot: ClusterSnapshot,
-    bind_order: Sequence[str],
-    pending: Sequence[TaskInfo],
-    providers: Sequence[HintProvider] | None = None,
-) -> QualityReport:
+def evaluate(snapshot: ClusterSnapshot, bind_order: Sequence[str], pending: Sequence[TaskInfo]) -> QualityReport:
     """Replay every node's pods (bind_order: pod keys, first bound first) and measure the result.
 
     pending: pods of ours still waiting at the end, for the stranded-GPU count.
     """
-    chosen = list(providers) if providers is not None else kubelet_providers()
     order = {key: index for index, key in enumerate(bind_order)}
     report = QualityReport()
     widths = WidthCache()
@@ -331,7 +325,7 @@ def evaluate(
     for name in sorted(snapshot.nodes):
         node = snapshot.nodes[name]
         tasks = sorted((t for t in node.tasks.values() if t.key in order), key=lambda t: order[t.key])
-        states.append(replay_node(node, tasks, chosen, report, widths))
+        states.append(replay_node(node, tasks, report, widths))
     # Pending requests as each kind of node would pin them (that depends on its CPU policy and
     # device names only).
     shapes_by_kind: dict[Hashable, list[PinnedRequest]] = {}

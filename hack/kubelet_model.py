@@ -28,7 +28,8 @@ on the state given): the exact CPU choice of takeByTopology (here: whole cores f
 with fewer free CPUs first, aligned CPUs before others), device plugins' preferred allocations,
 the memory manager (treated as policy None), prefer-closest-numa-nodes among non-preferred hints.
 
-Nothing here imports numasched's numa-aware plugin or policy module; only plain data types.
+Nothing here imports numasched's numa-aware plugin or policy module; only plain data types (ids,
+quantities, and the topology and task records for the benchmark's adapters).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ import attrs
 
 from numasched.api.idset import IdSet
 from numasched.api.quantity import parse_quantity
+from numasched.api.resource import Resource
+from numasched.api.task import TaskInfo
+from numasched.api.topology import NumaTopology
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -166,6 +170,27 @@ def node_from_machine(
     )
 
 
+def node_from_topology(topology: NumaTopology) -> KubeletNode:
+    """A node from numasched's plain topology record (the benchmark's nodes): machine facts only."""
+    return KubeletNode(
+        name=topology.node_name,
+        numa_ids=tuple(sorted(topology.numa_ids)),
+        cpu_numa={info.cpu: info.numa for info in topology.cpus},
+        cpu_core={info.cpu: (info.socket, info.core) for info in topology.cpus},
+        devices={resource: {d.id: d.numa for d in group.devices} for resource, group in topology.devices.items()},
+        unhealthy={
+            resource: frozenset(d.id for d in group.devices if not d.healthy)
+            for resource, group in topology.devices.items()
+        },
+        reserved_cpus=frozenset(topology.reserved_cpus),
+        cpu_manager_policy=str(topology.policies.cpu_manager_policy.value),
+        cpu_manager_options=dict(topology.policies.cpu_manager_options),
+        topology_policy=str(topology.policies.topology_manager_policy.value),
+        topology_scope=str(topology.policies.topology_manager_scope.value),
+        topology_options=dict(topology.policies.topology_manager_options),
+    )
+
+
 # ---- the pod as the kubelet sees it -----------------------------------------------------------
 
 
@@ -215,6 +240,31 @@ def pod_from_object(pod: Mapping[str, Any]) -> ModelPod:
             )
     key = f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
     return ModelPod(key, tuple(containers))
+
+
+def _resource_quantities(resource: Resource) -> dict[str, Fraction]:
+    """A parsed Resource back to quantities; zero entries left out (the kubelet ignores them)."""
+    found: dict[str, Fraction] = {}
+    if resource.milli_cpu:
+        found[CPU] = Fraction(round(resource.milli_cpu), 1000)
+    if resource.memory:
+        found[MEMORY] = Fraction(round(resource.memory))
+    for name, milli in resource.scalars.items():
+        if milli:  # scalar resources are kept in milli-units, as Volcano keeps them
+            found[name] = Fraction(round(milli), 1000)
+    return found
+
+
+def pod_from_task(task: TaskInfo) -> ModelPod:
+    """A pod from numasched's plain task record: its containers' own requests and limits only
+    (numasched's QoS and allocation are not used)."""
+    containers = []
+    ordered = [c for c in task.containers if c.init] + [c for c in task.containers if not c.init]
+    for container in ordered:
+        limits = _resource_quantities(container.limits)
+        requests = {**limits, **_resource_quantities(container.requests)}
+        containers.append(ModelContainer(container.name, requests, limits, container.init))
+    return ModelPod(task.key, tuple(containers))
 
 
 def pod_qos(containers: Sequence[ModelContainer]) -> str:
@@ -361,18 +411,18 @@ def merge(policy: str, numa_ids: Sequence[int], per_resource: Sequence[list[Hint
             for affinity, preferred in merged
             for hint in hints
         }
-    best = Hint(everything, False)
+    best_affinity, best_preferred = everything, False
     for affinity, preferred in merged:
         if not affinity:
             continue
-        assert best.affinity is not None
-        if preferred and not best.preferred:
-            best = Hint(affinity, True)
-        elif preferred == best.preferred and narrower(affinity, best.affinity):
-            best = Hint(affinity, preferred)
-    if policy == "single-numa-node" and best.affinity == everything:
-        best = Hint(None, best.preferred)
-    admit = policy == "best-effort" or best.preferred
+        if preferred and not best_preferred:
+            best_affinity, best_preferred = affinity, True
+        elif preferred == best_preferred and narrower(affinity, best_affinity):
+            best_affinity = affinity
+    best = Hint(best_affinity, best_preferred)
+    if policy == "single-numa-node" and best_affinity == everything:
+        best = Hint(None, best_preferred)
+    admit = policy == "best-effort" or best_preferred
     return best, admit
 
 
@@ -451,6 +501,8 @@ class Admission:
     reason: str = ""
     cpus: frozenset[int] = frozenset()
     devices: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
+    # Per container name: (exclusive CPUs, devices per resource) it was given.
+    containers: Mapping[str, tuple[frozenset[int], Mapping[str, frozenset[str]]]] = attrs.field(factory=dict)
 
 
 def max_allowable_numa_nodes(node: KubeletNode) -> int:
@@ -491,15 +543,18 @@ def admit(state: NodeState, pod: ModelPod) -> Admission:
         pod_hint, admitted = merge(node.topology_policy, node.numa_ids, per_resource)
         if not admitted:
             return Admission(False, f"TopologyAffinityError: {_NO_LOCALITY}")
+    per_container: dict[str, tuple[frozenset[int], Mapping[str, frozenset[str]]]] = {}
     for container in pod.containers:
+        given_cpus: frozenset[int] = frozenset()
+        given_devices: dict[str, frozenset[str]] = {}
         cpus = exclusive_cpus(pod, container)
         devices = device_requests(node, container)
         if pod_hint is None:
-            per_container: list[list[Hint] | None] = [cpu_hints(work, cpus, frozenset(reusable_cpus))]
+            container_hints: list[list[Hint] | None] = [cpu_hints(work, cpus, frozenset(reusable_cpus))]
             for resource, count in sorted(devices.items()):
-                reuse = frozenset(reusable_devices.get(resource, set()))
-                per_container.append(device_hints(work, resource, count, reuse))
-            hint, admitted = merge(node.topology_policy, node.numa_ids, per_container)
+                reusable = frozenset(reusable_devices.get(resource, set()))
+                container_hints.append(device_hints(work, resource, count, reusable))
+            hint, admitted = merge(node.topology_policy, node.numa_ids, container_hints)
             if not admitted:
                 return Admission(
                     False,
@@ -511,6 +566,7 @@ def admit(state: NodeState, pod: ModelPod) -> Admission:
             chosen_cpus = allocate_cpus(work, cpus, hint.affinity, reusable_cpus)
             if isinstance(chosen_cpus, str):
                 return Admission(False, f"container {container.name}: {chosen_cpus}")
+            given_cpus = frozenset(chosen_cpus)
             work.free_cpus -= set(chosen_cpus)
             reusable_cpus -= set(chosen_cpus)
             taken_cpus.update(chosen_cpus)
@@ -521,12 +577,15 @@ def admit(state: NodeState, pod: ModelPod) -> Admission:
             chosen_devices = allocate_devices(work, resource, count, hint.affinity, reuse)
             if isinstance(chosen_devices, str):
                 return Admission(False, f"container {container.name}: {chosen_devices}")
+            given_devices[resource] = frozenset(chosen_devices)
             work.free_devices.setdefault(resource, set()).difference_update(chosen_devices)
             reuse.difference_update(chosen_devices)
             taken_devices.setdefault(resource, set()).update(chosen_devices)
             if container.init:
                 reuse.update(chosen_devices)
-    return Admission(True, "", frozenset(taken_cpus), {r: frozenset(ids) for r, ids in taken_devices.items()})
+        per_container[container.name] = (given_cpus, given_devices)
+    devices_taken = {r: frozenset(ids) for r, ids in taken_devices.items()}
+    return Admission(True, "", frozenset(taken_cpus), devices_taken, per_container)
 
 
 def apply(state: NodeState, admission: Admission) -> None:

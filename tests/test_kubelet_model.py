@@ -8,8 +8,7 @@ from typing import Any
 
 import attrs
 import pytest
-
-from tests.conftest import load_hack_module, load_machine
+from conftest import load_hack_module, load_machine
 
 km: Any = load_hack_module("kubelet_model")
 
@@ -178,3 +177,43 @@ def test_fixture_machine_hgx_eight_gpu_pod() -> None:
     assert not eight.admitted
     best_effort = km.node_from_machine(load_machine("hgx-h100"), "h", topology_policy="best-effort")
     assert km.admit(km.NodeState.empty(best_effort), pod(guaranteed("8", gpus=8))).admitted
+
+
+def test_adapters_from_numasched_records_match_the_machine() -> None:
+    """The benchmark's adapters (numasched's plain topology and task records) describe the same node
+    and pod as the machine file and the Pod object do."""
+    from numasched.api.topology import TopologyPolicy
+    from numasched.cache.cache import Cache
+    from numasched.cache.machine_shapes import machine_objects, reserved_cpus_for
+    from numasched.cache.simcluster import SimCluster
+
+    machine = load_machine("hgx-h100")
+    node_obj, topology_obj = machine_objects(machine, "n0", topology_policy=TopologyPolicy.RESTRICTED)
+    pod_obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"schedulerName": "numasched", "containers": [{"name": "c0", **guaranteed("4", gpus=2)}]},
+    }
+    cluster = SimCluster(Cache())
+    for obj in (node_obj, topology_obj, pod_obj):
+        cluster.add(obj)
+    snapshot = cluster.cache.snapshot()
+    topology = snapshot.nodes["n0"].topology
+    assert topology is not None
+    adapted = km.node_from_topology(topology)
+    direct = km.node_from_machine(
+        machine, "n0", reserved_cpus=reserved_cpus_for(machine, 2), topology_policy="restricted"
+    )
+    for field in (
+        "numa_ids",
+        "cpu_numa",
+        "cpu_core",
+        "devices",
+        "reserved_cpus",
+        "topology_policy",
+        "cpu_manager_policy",
+    ):
+        assert getattr(adapted, field) == getattr(direct, field), field
+    task = next(t for job in snapshot.jobs.values() for t in job.tasks.values())
+    assert km.pod_from_task(task) == km.pod_from_object(pod_obj)

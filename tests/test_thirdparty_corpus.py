@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import load_hack_module
 
 from numasched.api.idset import IdSet
 from numasched.cli import main
-from tests.conftest import load_hack_module
 
 km: Any = load_hack_module("kubelet_model")
 

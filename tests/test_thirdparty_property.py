@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import hypothesis.strategies as st
+from conftest import load_hack_module, load_machine
 from hypothesis import HealthCheck, given, settings
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION, allocation_from_json
@@ -34,7 +35,6 @@ from numasched.cache.simcluster import ClusterEvent, SimCluster
 from numasched.conf.loader import load_config_text
 from numasched.scheduler.registry import default_registry
 from numasched.scheduler.simulate import simulate
-from tests.conftest import load_hack_module, load_machine
 
 km: Any = load_hack_module("kubelet_model")
 
