@@ -45,7 +45,7 @@ class NumaMask:
         return self.bits == 0
 
     def is_set(self, numa_id: int) -> bool:
-        return bool(self.bits >> numa_id & 1)
+        return numa_id >= 0 and bool(self.bits >> numa_id & 1)
 
     def is_subset_of(self, other: NumaMask) -> bool:
         return self.bits & ~other.bits == 0

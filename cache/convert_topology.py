@@ -789,12 +789,6 @@ def pod_allocation_report(
     return builder.build()
 
 
-def reported_pod_allocations(obj: Mapping[str, Any]) -> dict[str, PodAllocation]:
-    """Deprecated: pod_allocation_report(obj).allocations as a dict (kept for cache.py until it
-    moves to the report, which also says which pods the node's availability accounts for)."""
-    return dict(pod_allocation_report(obj).allocations)
-
-
 # -- NodeResourceTopology -----------------------------------------------------------------------------
 
 

@@ -101,6 +101,7 @@ def test_numa_mask_narrower_follows_the_kubelet() -> None:
     assert [m.ids() for m in iterate_masks([0, 1, 2])] == [[0], [1], [2], [0, 1], [0, 2], [1, 2], [0, 1, 2]]
     with pytest.raises(NumaMaskError):
         NumaMask.of(64)
+    assert not NumaMask.of(0).is_set(-1) and NumaMask.of(0).is_set(0)
 
 
 def test_allocation_annotation_round_trip() -> None:

@@ -11,8 +11,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_topo_read_nrt import v1alpha2
-from test_topo_read_numatopology import gpu_annotation, volcano_object
 
 from numasched.cache.convert_pod import ConversionError
 from numasched.cache.convert_topology import (
@@ -64,27 +62,95 @@ JSON_VALUES = st.recursive(
 )
 
 
+# The objects fuzzed: a small version of each shape the readers take (the reader tests hold the
+# full ones), every optional part present so that each field gets its turn.
+GPU_ANNOTATION = json.dumps(
+    {
+        "version": 1,
+        "devices": {"nvidia.com/gpu": [{"id": str(gpu), "numa": gpu // 4, "healthy": True} for gpu in range(8)]},
+        "links": [{"a": ["nvidia.com/gpu", "0"], "b": ["nvidia.com/gpu", "1"], "nvlinks": 2, "pcie": "PIX"}],
+        "partitions": {"nvidia.com/gpu": [["0", "1", "2", "3"], ["4", "5", "6", "7"]]},
+    }
+)
+
+
 def numatopology_base() -> dict[str, Any]:
-    obj = volcano_object(
-        podAllocations=[
-            {
-                "uid": "u",
-                "name": "p",
-                "namespace": "ns",
-                "containerAllocations": [{"name": "a", "allocations": {"cpu": "1", "nvidia.com/gpu": "1"}}],
-            }
+    """Volcano's shape (list podAllocations, free ids in numares) plus every field of ours."""
+    return {
+        "apiVersion": "nodeinfo.volcano.sh/v1alpha1",
+        "kind": "Numatopology",
+        "metadata": {
+            "name": "n1",
+            "annotations": {
+                DEVICE_TOPOLOGY_ANNOTATION: GPU_ANNOTATION,
+                POD_ALLOCATIONS_ANNOTATION: json.dumps(
+                    {
+                        "ns/q": {
+                            "uid": "v",
+                            "containers": {"b": {"cpuset": "2", "numa": [1], "devices": {"nvidia.com/gpu": ["4"]}}},
+                        }
+                    }
+                ),
+            },
+        },
+        "spec": {
+            "policies": {
+                "CPUManagerPolicy": "static",
+                "TopologyManagerPolicy": "single-numa-node",
+                "TopologyManagerPolicyOptions": "prefer-closest-numa-nodes=true",
+            },
+            "resReserved": {"cpu": "2"},
+            "numares": {
+                "cpu": {"allocatable": "0-7", "capacity": 8},
+                "nvidia.com/gpu": {"allocatable": "0-2,7", "capacity": 8},
+            },
+            "cpuDetail": {str(cpu): {"numa": cpu // 4, "socket": cpu // 4, "core": cpu % 4} for cpu in range(8)},
+            "podAllocations": [
+                {
+                    "uid": "u",
+                    "name": "p",
+                    "namespace": "ns",
+                    "containerAllocations": [{"name": "a", "allocations": {"cpu": "1", "nvidia.com/gpu": "1"}}],
+                }
+            ],
+            "gpuDetail": {"0": {"numa": 1}},
+            "numaDistances": {"0": {"0": 10, "1": 21}, "1": {"0": 21, "1": 10}},
+            "MemoryDetail": {"0": {"memoryMap": {"memory": {"allocatable": 1024}}}},
+        },
+    }
+
+
+def nrt_base() -> dict[str, Any]:
+    """NodeResourceTopology v1alpha2 with attributes, a non-NUMA zone, costs and every resource kind."""
+    return {
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": "n1"},
+        "topologyPolicies": ["SingleNUMANodePodLevel"],
+        "attributes": [
+            {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+            {"name": "topologyManagerScope", "value": "pod"},
+            {"name": "topologyManagerOptionPreferClosestNumaNodes", "value": "true"},
+            {"name": "nodeTopologyPodsFingerprint", "value": "pfp0v001fe53c4dbd2c1a3"},
         ],
-        gpuDetail={"0": {"numa": 1}},
-        numaDistances={"0": {"0": 10, "1": 21}, "1": {"0": 21, "1": 10}},
-        MemoryDetail={"0": {"memoryMap": {"memory": {"allocatable": 1024}}}},
-    )
-    obj["spec"]["numares"]["nvidia.com/gpu"] = {"allocatable": "0-2,7", "capacity": 8}
-    obj["spec"]["policies"]["TopologyManagerPolicyOptions"] = "prefer-closest-numa-nodes=true"
-    obj["metadata"]["annotations"][DEVICE_TOPOLOGY_ANNOTATION] = gpu_annotation()
-    obj["metadata"]["annotations"][POD_ALLOCATIONS_ANNOTATION] = json.dumps(
-        {"ns/q": {"uid": "v", "containers": {"b": {"cpuset": "2", "numa": [1], "devices": {"nvidia.com/gpu": ["4"]}}}}}
-    )
-    return obj
+        "zones": [
+            {"name": "socket-0", "type": "Socket"},
+            *[
+                {
+                    "name": f"node-{numa}",
+                    "type": "Node",
+                    "costs": [{"name": "node-0", "value": 10 + 11 * numa}, {"name": "node-1", "value": 21 - 11 * numa}],
+                    "resources": [
+                        {"name": "cpu", "capacity": "24", "allocatable": "22", "available": "2"},
+                        {"name": "memory", "capacity": "64Gi", "allocatable": "60Gi", "available": "10Gi"},
+                        {"name": "hugepages-1Gi", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"},
+                        {"name": "nvidia.com/gpu", "capacity": 4, "allocatable": 4, "available": 1},
+                    ],
+                }
+                for numa in (0, 1)
+            ],
+        ],
+    }
 
 
 def paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -100,7 +166,7 @@ def paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]
 
 
 NUMATOPOLOGY_PATHS = sorted(paths(numatopology_base()), key=repr)
-NRT_PATHS = sorted(paths(v1alpha2()), key=repr)
+NRT_PATHS = sorted(paths(nrt_base()), key=repr)
 
 
 def replaced(document: dict[str, Any], path: tuple[Any, ...], value: Any, as_key: bool) -> dict[str, Any]:
@@ -144,7 +210,7 @@ def test_any_json_in_any_nrt_field_converts_or_is_a_conversion_error(
     path: tuple[Any, ...], value: Any, as_key: bool
 ) -> None:
     with contextlib.suppress(ConversionError):
-        nrt_to_topology(replaced(v1alpha2(), path, value, as_key))
+        nrt_to_topology(replaced(nrt_base(), path, value, as_key))
 
 
 @FUZZ_SETTINGS
@@ -156,9 +222,7 @@ def test_any_json_as_a_whole_object_converts_or_is_a_conversion_error(document: 
 
 
 def device_topology_base() -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(gpu_annotation())
-    document["links"] = [{"a": ["nvidia.com/gpu", "0"], "b": ["nvidia.com/gpu", "1"], "nvlinks": 2, "pcie": "PIX"}]
-    document["partitions"] = {"nvidia.com/gpu": [["0", "1", "2", "3"], ["4", "5", "6", "7"]]}
+    document: dict[str, Any] = json.loads(GPU_ANNOTATION)
     return document
 
 

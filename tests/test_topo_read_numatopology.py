@@ -26,7 +26,6 @@ from numasched.cache.convert_topology import (
     POD_ALLOCATIONS_ANNOTATION,
     numatopology_to_topology,
     pod_allocation_report,
-    reported_pod_allocations,
 )
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
 
@@ -166,8 +165,7 @@ def test_volcano_pod_allocations_list_is_read_and_every_listed_pod_is_accounted(
     assert train is not None and train.cpus() == IdSet.parse("3") and train.devices("nvidia.com/gpu") == frozenset()
     assert report.accounts_for("u-1", "x/y") and report.accounts_for("other", "ml/train")
     assert not report.accounts_for("u-2", "ml/other")
-    # The old entry point still answers, as a dict, until cache.py moves to the report.
-    assert set(reported_pod_allocations(obj)) == {"u-1", "ml/train"}
+    assert set(report.allocations) == {"u-1", "ml/train"}
 
 
 def test_our_pod_allocations_annotation_adds_device_ids_and_merges_with_the_list() -> None:
