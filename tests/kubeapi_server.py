@@ -313,6 +313,8 @@ class Faults:
     delay_seconds: float = 0.0
     delay_methods: frozenset[str] = frozenset()
     missing_groups: set[str] = field(default_factory=set)
+    # Before each of the next N updates (PUT) of an object, someone else writes it first.
+    concurrent_writes_left: int = 0
     drop_watches_every: float = 0.0
 
 
@@ -432,6 +434,11 @@ class KubeApiServer:
     def conflict_binds(self, count: int) -> None:
         """Answer the next ``count`` binds with 409 Conflict (another scheduler won)."""
         self.faults.bind_conflicts_left = count
+
+    def write_concurrently(self, count: int) -> None:
+        """The next `count` PUTs each find the object changed by another writer since it was read
+        (a real version bump, so a resourceVersion precondition fails with 409)."""
+        self.faults.concurrent_writes_left = count
 
     def slow_down(self, seconds: float, methods: Iterable[str] = ()) -> None:
         """Delay every response (or those of the given HTTP methods) by ``seconds``."""
@@ -703,6 +710,14 @@ class KubeApiServer:
             return web.json_response(found)
         if method == "PUT":
             body = await _json_body(request)
+            current = self.objects[resource].get(key)
+            if self.faults.concurrent_writes_left > 0 and current is not None:
+                self.faults.concurrent_writes_left -= 1
+                other = copy.deepcopy(current)
+                annotations = other["metadata"].setdefault("annotations", {})
+                annotations["test/concurrent-writes"] = str(int(annotations.get("test/concurrent-writes", "0")) + 1)
+                other["metadata"].pop("resourceVersion", None)
+                self._update(resource, key, other, subresource=None)
             return web.json_response(self._update(resource, key, body, subresource))
         if method == "PATCH":
             current = self.objects[resource].get(key)

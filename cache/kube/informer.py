@@ -315,7 +315,7 @@ class Informer:
             self.poison_events += 1
             self._log.error(
                 "event not handled; skipped",
-                event=str(event.type),
+                event_type=str(event.type),
                 object=_describe(event.obj),
                 resource_version=version,
                 error=f"{type(error).__name__}: {error}",
@@ -337,7 +337,7 @@ class Informer:
         self.poison_events += 1
         self._log.error(
             "unreadable event skipped",
-            event=event_type[1].decode(),
+            event_type=event_type[1].decode(),
             object=name[1].decode("utf-8", "replace") if name else "<unknown>",
             resource_version=version[1].decode("utf-8", "replace"),
             error=f"{type(error).__name__}: {error!s:.200}",
