@@ -576,7 +576,11 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
         if resource == "cpu":
             if capacity and capacity != len(cpus):
                 raise fail(f"{field}.capacity: {capacity} CPUs but cpuDetail lists {len(cpus)}")
-            available_cpus = _cpuset(text, fail, f"{field}.allocatable", all_cpus)
+            free_cpus = _cpuset(text, fail, f"{field}.allocatable", all_cpus)
+            # Without the static CPU manager no CPU is held exclusively, and Volcano's exporter then
+            # copies an empty default cpuset from the checkpoint: the field says nothing.
+            if policies.cpu_manager_policy is CpuManagerPolicy.STATIC:
+                available_cpus = free_cpus
         elif _is_device(resource):
             group = devices[resource]
             if capacity and capacity != len(group.devices):

@@ -120,6 +120,15 @@ def test_a_listed_resource_without_allocatable_has_nothing_free_and_an_unlisted_
     assert topology.available_cpus is None and topology.available_devices == {}
 
 
+def test_free_cpus_say_nothing_without_the_static_cpu_manager() -> None:
+    obj = volcano_object(numares={"cpu": {"capacity": 8}})
+    obj["spec"]["policies"]["CPUManagerPolicy"] = "none"
+    assert numatopology_to_topology(obj).available_cpus is None
+    obj["spec"]["numares"]["cpu"]["allocatable"] = "0-9"  # still checked: CPUs 8-9 do not exist
+    with pytest.raises(ConversionError, match="CPUs 8-9"):
+        numatopology_to_topology(obj)
+
+
 def test_gpus_known_only_by_numares_keep_their_taken_ones_as_unreported_devices() -> None:
     obj = volcano_object()
     obj["spec"]["numares"]["nvidia.com/gpu"] = {"allocatable": "GPU-aa,GPU-bb", "capacity": 4}
