@@ -30,8 +30,12 @@ from numasched.cache.convert_pod import (
     priority_class_value,
     queue_to_queue_info,
 )
+from numasched.cache.events import EventType, ObjectEvent
+from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef
 from numasched.cache.simcluster import SimCluster
+from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
 from numasched.conf.loader import load_config_text
+from numasched.conf.watch import ConfigSource
 from numasched.scheduler.registry import default_registry
 from numasched.scheduler.simulate import simulate
 
@@ -279,7 +283,10 @@ def fuzzed(kind: str) -> st.SearchStrategy[Any]:
     """The good object of `kind` with one field (anywhere in it) replaced by any JSON value, or
     removed, or a quantity-like value swapped for a poison string."""
     make, _ = CONVERTERS[kind]
-    base = make()
+    return fuzzed_of(make())
+
+
+def fuzzed_of(base: dict[str, Any]) -> st.SearchStrategy[Any]:
     every = list(paths(base))
     inner = [path for path in every if path]
     return st.one_of(
@@ -328,11 +335,31 @@ def test_topology_converters_are_total(kind: str, data: st.DataObject) -> None:
 @pytest.mark.parametrize(
     ("kind", "path", "value", "field"),
     [
-        ("Pod", ("spec", "containers", 0, "resources", "requests", "cpu"), "1e400", "spec.containers[0].resources.requests"),
-        ("Pod", ("spec", "containers", 0, "resources", "requests", "cpu"), "9" * 5000, "spec.containers[0].resources.requests"),
-        ("Pod", ("spec", "containers", 0, "resources", "requests", "cpu"), "abc", "spec.containers[0].resources.requests"),
+        (
+            "Pod",
+            ("spec", "containers", 0, "resources", "requests", "cpu"),
+            "1e400",
+            "spec.containers[0].resources.requests",
+        ),
+        (
+            "Pod",
+            ("spec", "containers", 0, "resources", "requests", "cpu"),
+            "9" * 5000,
+            "spec.containers[0].resources.requests",
+        ),
+        (
+            "Pod",
+            ("spec", "containers", 0, "resources", "requests", "cpu"),
+            "abc",
+            "spec.containers[0].resources.requests",
+        ),
         ("Pod", ("spec", "containers", 0, "resources", "limits", "cpu"), "-2", "spec.containers[0].resources.limits"),
-        ("Pod", ("spec", "containers", 0, "resources", "requests", "memory"), 10**100, "spec.containers[0].resources.requests"),
+        (
+            "Pod",
+            ("spec", "containers", 0, "resources", "requests", "memory"),
+            10**100,
+            "spec.containers[0].resources.requests",
+        ),
         ("Pod", ("spec", "priority"), 2**40, "spec.priority"),
         ("Pod", ("spec", "overhead", "cpu"), float("inf"), "spec.overhead"),
         ("PodGroup", ("spec", "minMember"), -1, "spec.minMember"),
@@ -350,6 +377,31 @@ def test_known_poison_is_refused_naming_the_field(kind: str, path: tuple[Any, ..
         convert(replaced(make(), path, value))
     assert raised.value.message.startswith(field), raised.value.message
     assert len(str(raised.value)) < 400
+
+
+def good_config_map() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "numasched", "namespace": "numasched-system"},
+        "data": {"volcano-scheduler.conf": DEFAULT_CONFIG_TEXT},
+    }
+
+
+@FUZZ
+@given(obj=st.deferred(lambda: fuzzed_of(good_config_map())))
+def test_the_scheduler_config_map_feed_takes_anything(obj: Any) -> None:
+    """A ConfigMap of any shape is either the new configuration or a rejection with the last good
+    one kept; nothing raises out of the feed the ConfigMap informer delivers to."""
+    registry = default_registry()
+    source = ConfigSource.from_text(
+        DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME, registry.known_plugin_names(), registry.known_action_names()
+    )
+    feed = ConfigMapFeed(source, ConfigMapRef("numasched-system", "numasched"))
+    before = source.current()
+    feed.apply(ObjectEvent("ConfigMap", EventType.MODIFIED, obj if isinstance(obj, Mapping) else {"data": obj}))
+    if feed.rejected:
+        assert source.current() is before
 
 
 # -- one poison object among good ones -------------------------------------------------------------
