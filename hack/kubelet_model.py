@@ -3,8 +3,10 @@
 Written from the kubelet's sources (kubernetes/kubernetes pkg/kubelet/cm), not from numasched's
 numa-aware plugin, whose providers and merge it must be able to contradict:
 
-* topologymanager: policy.go (filterProvidersHints, mergePermutation, the hint merger: a merged
-  hint is preferred when every hint of the permutation is, narrower masks win among equals),
+* topologymanager: policy.go (filterProvidersHints; mergePermutation: a merged hint is preferred
+  only when every hint of the permutation is preferred and every affinity set is the same mask;
+  the hint merger: the narrowest preferred hint, else the non-preferred one closest to the widest of
+  the resources' narrowest hints),
   policy_none/best_effort/restricted/single_numa_node.go (single-numa-node keeps only preferred
   hints of one NUMA node or "don't care"; restricted and single-numa-node admit a preferred merged
   hint only), scope_container.go / scope_pod.go (per container in order, or once for the pod);
@@ -337,13 +339,6 @@ def _mask_value(mask: Mask) -> int:
     return sum(1 << numa for numa in mask)
 
 
-def narrower(first: Mask, second: Mask) -> bool:
-    """bitmask.IsNarrowerThan: fewer NUMA nodes, ties broken by the lower bit value."""
-    if len(first) == len(second):
-        return _mask_value(first) < _mask_value(second)
-    return len(first) < len(second)
-
-
 def cpu_hints(state: NodeState, request: int, reusable: frozenset[int] = frozenset()) -> list[Hint] | None:
     """The static CPU manager's hints (None: no exclusive CPUs, so no preference)."""
     node = state.node
@@ -386,6 +381,33 @@ def device_hints(
     return [Hint(h.affinity, h.affinity is not None and len(h.affinity) == min_width) for h in hints]
 
 
+def _narrowness(mask: Mask) -> tuple[int, int]:
+    return (len(mask), _mask_value(mask))
+
+
+def _best_non_preferred_count(lists: Sequence[Sequence[Hint]]) -> int:
+    """maxOfMinAffinityCounts: the widest of the resources' narrowest hints."""
+    widest = 0
+    for hints in lists:
+        set_masks = [h.affinity for h in hints if h.affinity is not None]
+        if set_masks:
+            widest = max(widest, len(min(set_masks, key=_narrowness)))
+    return widest
+
+
+def _best_non_preferred(masks: Sequence[Mask], target: int) -> Mask:
+    """The hint merger's choice among non-preferred merged hints: as close to the best non-preferred
+    affinity count as possible from below (exactly it first), else the narrowest wider one."""
+    exact = [m for m in masks if len(m) == target]
+    if exact:
+        return min(exact, key=_narrowness)
+    below = [m for m in masks if len(m) < target]
+    if below:
+        widest = max(len(m) for m in below)
+        return min((m for m in below if len(m) == widest), key=_narrowness)
+    return min(masks, key=_narrowness)
+
+
 def merge(policy: str, numa_ids: Sequence[int], per_resource: Sequence[list[Hint] | None]) -> tuple[Hint, bool]:
     """The Topology Manager's merge of every resource's hints under a policy: (best hint, admit)."""
     if policy == "none":
@@ -401,24 +423,30 @@ def merge(policy: str, numa_ids: Sequence[int], per_resource: Sequence[list[Hint
             lists.append(hints)
     if policy == "single-numa-node":
         lists = [[h for h in hints if h.preferred and (h.affinity is None or len(h.affinity) == 1)] for hints in lists]
-    # Every permutation of one hint per resource, merged by AND; the set of merged results is
-    # folded resource by resource (AND is associative, and the choice below depends only on
-    # which (affinity, preferred) results exist), so 8 NUMA nodes stay cheap.
-    merged: set[tuple[Mask, bool]] = {(everything, True)}
+    # Every permutation of one hint per resource (mergePermutation): the affinities that are set are
+    # ANDed, and the result is preferred only when every hint is preferred AND every set affinity is
+    # the same mask (so {0} from the CPUs and {0,1} from the GPUs merge to a non-preferred {0}).
+    # The merged results are folded resource by resource, keeping (AND so far, preferred so far,
+    # the first set affinity), which gives the same set of merged hints as the full product.
+    merged: set[tuple[Mask, bool, Mask | None]] = {(everything, True, None)}
     for hints in lists:
-        merged = {
-            (affinity & (everything if hint.affinity is None else hint.affinity), preferred and hint.preferred)
-            for affinity, preferred in merged
-            for hint in hints
-        }
-    best_affinity, best_preferred = everything, False
-    for affinity, preferred in merged:
-        if not affinity:
-            continue
-        if preferred and not best_preferred:
-            best_affinity, best_preferred = affinity, True
-        elif preferred == best_preferred and narrower(affinity, best_affinity):
-            best_affinity = affinity
+        folded: set[tuple[Mask, bool, Mask | None]] = set()
+        for affinity, preferred, first in merged:
+            for hint in hints:
+                if hint.affinity is None:
+                    folded.add((affinity, preferred and hint.preferred, first))
+                    continue
+                same = first is None or hint.affinity == first
+                folded.add((affinity & hint.affinity, preferred and hint.preferred and same, first or hint.affinity))
+        merged = folded
+    candidates = {(affinity, preferred) for affinity, preferred, _ in merged if affinity}
+    preferred_masks = [affinity for affinity, preferred in candidates if preferred]
+    if preferred_masks:
+        best_affinity, best_preferred = min(preferred_masks, key=_narrowness), True
+    else:
+        others = [affinity for affinity, _ in candidates]
+        best_affinity = _best_non_preferred(others, _best_non_preferred_count(lists)) if others else everything
+        best_preferred = False
     best = Hint(best_affinity, best_preferred)
     if policy == "single-numa-node" and best_affinity == everything:
         best = Hint(None, best_preferred)

@@ -50,6 +50,10 @@ def guaranteed(cpu: str, gpus: int = 0, memory: str = "1Gi") -> dict[str, Any]:
     return {"limits": limits}
 
 
+def mk(*numa: int, preferred: bool = True) -> Any:
+    return km.Hint(frozenset(numa), preferred)
+
+
 def masks(hints: list[Any] | None) -> list[tuple[tuple[int, ...] | None, bool]] | None:
     if hints is None:
         return None
@@ -91,6 +95,15 @@ def test_merge_per_policy() -> None:
     # Nothing to align: don't care everywhere; single-numa-node reports it as no affinity.
     hint, admitted = km.merge("single-numa-node", (0, 1), [None, None])
     assert (hint.affinity, admitted) == (None, True)
+    # Preferred only when every set affinity is the same mask: CPUs preferred on {0} and GPUs
+    # preferred on {0,1} (4 GPUs need two NUMA nodes) AND to {0}, which is not preferred.
+    hint, admitted = km.merge("restricted", (0, 1), [[mk(0)], [mk(0, 1)]])
+    assert (hint.affinity, hint.preferred, admitted) == (frozenset({0}), False, False)
+    # Among non-preferred hints: the one as wide as the widest narrowest hint (here 2) wins.
+    hint, _ = km.merge("best-effort", (0, 1, 2), [[mk(0, 1, preferred=False), mk(0, 1, 2, preferred=False)]])
+    assert hint.affinity == frozenset({0, 1})
+    hint, _ = km.merge("best-effort", (0, 1, 2), [[mk(0, preferred=False), mk(1, 2, preferred=False)], [mk(0, 1, 2)]])
+    assert hint.affinity == frozenset({1, 2})
     # Among preferred hints the narrower (then lower) mask wins.
     hint, _ = km.merge("restricted", (0, 1), [[km.Hint(frozenset({0, 1}), True), km.Hint(frozenset({1}), True)]])
     assert hint.affinity == frozenset({1})
