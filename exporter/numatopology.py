@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from numasched.api.allocation import PodAllocation, allocation_to_mapping
-from numasched.api.topology import KubeletPolicies, TopologyPolicy, TopologyScope
+from numasched.api.topology import CpuManagerPolicy, KubeletPolicies, TopologyPolicy, TopologyScope
 from numasched.cache.device_topology import DEVICE_TOPOLOGY_ANNOTATION, format_device_topology
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail, l3_groups
 from numasched.exporter.kubelet_config import format_options
@@ -61,22 +61,43 @@ def _free_devices(report: NodeReport, resource: str) -> list[str]:
     return [device_id for device_id in report.allocatable_devices.get(resource, ()) if device_id not in used]
 
 
+def use_known(report: NodeReport, resource: str) -> bool:
+    """Whether the exporter sees what is held of `resource`, so it may say what is free.
+
+    PodResources reports CPUs, devices and pinned memory; the CPU manager checkpoint only CPUs.
+    Without a static CPU manager (or the memory manager's Static policy) nothing of that kind can
+    be held exclusively, so all of it is free whatever the sources say.
+    """
+    policies = report.topology.policies
+    if resource == "cpu":
+        return report.usage.source in ("podresources", "checkpoint") or (
+            policies.cpu_manager_policy == CpuManagerPolicy.NONE
+        )
+    if resource == "memory" or resource.startswith("hugepages-"):
+        return report.usage.source == "podresources" or policies.memory_manager_policy == "None"
+    return report.usage.source == "podresources"
+
+
 def _numares(report: NodeReport) -> dict[str, dict[str, Any]]:
     """Volcano's numares: per resource the FREE ids, as Volcano's resource-exporter writes them.
 
     cpu: the CPUs the CPU manager may hand out (reserved ones excluded) less those held
     exclusively; devices: healthy allocatable ids less those assigned, comma-separated (ids may be
-    UUIDs, which contain '-'). An empty `allocatable` is written, not omitted: it says "nothing is
-    free", which an absent field would not. capacity is the count of all CPUs / devices.
+    UUIDs, which contain '-'); capacity: the count of all CPUs / devices. An empty `allocatable` is
+    written, not omitted, when nothing is free. A resource whose use the exporter cannot see (the
+    PodResources API is unavailable) is left out entirely: the object then makes no statement
+    about it, rather than calling free what a pod may hold.
     """
     topology = report.topology
-    numares: dict[str, dict[str, Any]] = {
-        "cpu": {
+    numares: dict[str, dict[str, Any]] = {}
+    if use_known(report, "cpu"):
+        numares["cpu"] = {
             "allocatable": (topology.allocatable_cpus - report.usage.used_cpus()).format(),
             "capacity": len(topology.cpus),
         }
-    }
     for resource, group in sorted(topology.devices.items()):
+        if not use_known(report, resource):
+            continue
         numares[resource] = {"allocatable": ",".join(_free_devices(report, resource))}
         if group.devices:
             numares[resource]["capacity"] = len(group.devices)
@@ -162,8 +183,25 @@ def numatopology_object(report: NodeReport) -> dict[str, Any]:
     }
 
 
+def _nrt_resource(report: NodeReport, name: str, capacity: int, allocatable: int, available: int) -> dict[str, str]:
+    # The schema requires `available`; when the exporter cannot see what is held, 0 is the value
+    # that never offers what a pod may hold (as numares leaves such a resource out).
+    return {
+        "name": name,
+        "capacity": str(capacity),
+        "allocatable": str(allocatable),
+        "available": str(available if use_known(report, name) else 0),
+    }
+
+
 def node_resource_topology_object(report: NodeReport) -> dict[str, Any]:
-    """A NodeResourceTopology (v1alpha2): one zone per NUMA node with resources and costs."""
+    """A NodeResourceTopology (v1alpha2): one zone per NUMA node with resources and costs.
+
+    Zone resources: cpu, memory and huge pages, devices, each with capacity, allocatable and
+    available (allocatable less what pods hold); costs are the NUMA distances. Attributes
+    topologyManagerPolicy / topologyManagerScope (kubelet spellings) and, when set,
+    topologyManagerPolicyOptions ("k=v,k=v"); topologyPolicies the deprecated v1alpha1 value.
+    """
     topology = report.topology
     used_cpus = report.usage.used_cpus()
     zones: list[dict[str, Any]] = []
@@ -172,14 +210,7 @@ def node_resource_topology_object(report: NodeReport) -> dict[str, Any]:
         resources: list[dict[str, Any]] = []
         if cpus is not None:
             allocatable = cpus & topology.allocatable_cpus
-            resources.append(
-                {
-                    "name": "cpu",
-                    "capacity": str(len(cpus)),
-                    "allocatable": str(len(allocatable)),
-                    "available": str(len(allocatable - used_cpus)),
-                }
-            )
+            resources.append(_nrt_resource(report, "cpu", len(cpus), len(allocatable), len(allocatable - used_cpus)))
         for resource, per_numa in sorted(report.memory_total.items()):
             if per_numa.get(numa):
                 allocatable_bytes = topology.memory.get(resource, {}).get(numa, per_numa[numa])
@@ -189,12 +220,7 @@ def node_resource_topology_object(report: NodeReport) -> dict[str, Any]:
                     for container in pod.containers
                 )
                 resources.append(
-                    {
-                        "name": resource,
-                        "capacity": str(per_numa[numa]),
-                        "allocatable": str(allocatable_bytes),
-                        "available": str(max(allocatable_bytes - used, 0)),
-                    }
+                    _nrt_resource(report, resource, per_numa[numa], allocatable_bytes, max(allocatable_bytes - used, 0))
                 )
         for resource, group in sorted(topology.devices.items()):
             here = [device.id for device in group.devices if device.numa == numa]
@@ -203,12 +229,7 @@ def node_resource_topology_object(report: NodeReport) -> dict[str, Any]:
             allocatable_ids = set(report.allocatable_devices.get(resource, ())) & set(here)
             used_ids = report.usage.used_devices(resource)
             resources.append(
-                {
-                    "name": resource,
-                    "capacity": str(len(here)),
-                    "allocatable": str(len(allocatable_ids)),
-                    "available": str(len(allocatable_ids - used_ids)),
-                }
+                _nrt_resource(report, resource, len(here), len(allocatable_ids), len(allocatable_ids - used_ids))
             )
         zone: dict[str, Any] = {"name": f"node-{numa}", "type": "Node", "resources": resources}
         row = topology.distances.get(numa)

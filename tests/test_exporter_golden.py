@@ -6,16 +6,19 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import yaml
 from conftest import load_hack_module
 
 from numasched.api.idset import IdSet
-from numasched.cache.convert_topology import numatopology_to_topology, reported_pod_allocations
+from numasched.cache.convert_topology import numatopology_to_topology, pod_allocation_report
 from numasched.cache.device_topology import machine_device_topology
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.exporter.command import build_parser, discover_once
+from numasched.exporter.numatopology import numatopology_object
 from numasched.exporter.report import report_summary
+from numasched.exporter.usage import NodeUsage
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_MACHINES = ["dgx1-v100", "hgx-h100", "dgx-a100", "epyc-1s-nps4"]
@@ -112,17 +115,21 @@ def test_failing_gpu_is_published_unhealthy_when_it_can_be_named(tmp_path: Path)
     report, objects = asyncio.run(
         discover_once(build_parser().parse_args([*base, "--device-id-format", "nvidia.com/gpu=index"]), nvml=nvml)
     )
-    spec = objects.numatopology["spec"]
-    assert spec["numares"]["nvidia.com/gpu"] == {"capacity": 8, "allocatable": "0,1,3,4,5,6,7"}
+    # Without PodResources the exporter cannot see which GPUs are held, so it says nothing of them.
+    assert "nvidia.com/gpu" not in objects.numatopology["spec"]["numares"]
+    # The kubelet's PodResources answering, with no pod holding anything: every healthy GPU is free.
+    obj = numatopology_object(attrs.evolve(report, usage=NodeUsage(source="podresources")))
+    assert obj["spec"]["numares"]["nvidia.com/gpu"] == {"capacity": 8, "allocatable": "0,1,3,4,5,6,7"}
     assert report_summary(report)["problems"] == ["GPU 2: unhealthy: GPU is lost"]
-    topology = numatopology_to_topology(objects.numatopology)
+    topology = numatopology_to_topology(obj)
     assert not topology.devices["nvidia.com/gpu"].by_id["2"].healthy
     assert topology.devices["nvidia.com/gpu"].by_id["3"].healthy
-    assert reported_pod_allocations(objects.numatopology) == {}
+    assert topology.available_devices["nvidia.com/gpu"] == {"0", "1", "3", "4", "5", "6", "7"}
+    assert pod_allocation_report(obj).allocations == {}
     # By UUID (the device plugin's default) a GPU that cannot tell its UUID cannot be published.
     report, objects = asyncio.run(discover_once(build_parser().parse_args(base), nvml=nvml))
     uuids = [gen_sysfs.gpu_uuid(machine, str(i)) for i in range(8)]
-    spec = objects.numatopology["spec"]
+    spec = numatopology_object(attrs.evolve(report, usage=NodeUsage(source="podresources")))["spec"]
     assert spec["numares"]["nvidia.com/gpu"] == {
         "capacity": 7,
         "allocatable": ",".join(uuid for i, uuid in enumerate(uuids) if i != 2),

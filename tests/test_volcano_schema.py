@@ -41,7 +41,17 @@ from numasched.exporter.usage import NodeUsage, parse_cpu_manager_state, with_po
 REPO = Path(__file__).resolve().parent.parent
 UPSTREAM = REPO / "tests/fixtures/exporter/upstream"
 MACHINES = ["dgx1-v100", "hgx-h100", "dgx-a100", "epyc-1s-nps4", "pcie-8gpu-2numa"]
-USAGES = ["idle", "checkpoint", "podresources", "everything-held"]
+USAGES = ["unknown", "checkpoint", "idle", "podresources", "everything-held"]
+# What each use source lets the exporter see (the golden kubelet configuration has the static CPU
+# manager and the Static memory manager, so nothing is free by default): the CPU manager
+# checkpoint knows CPUs only; without PodResources or the checkpoint nothing is known.
+SEES = {
+    "unknown": set(),
+    "checkpoint": {"cpu"},
+    "idle": {"cpu", "devices", "memory"},
+    "podresources": {"cpu", "devices", "memory"},
+    "everything-held": {"cpu", "devices", "memory"},
+}
 GPU = "nvidia.com/gpu"
 
 gen_sysfs = load_hack_module("gen_sysfs")
@@ -140,8 +150,10 @@ def everything_held_listing(report: NodeReport) -> Any:
 
 
 def usage_for(kind: str, report: NodeReport) -> NodeUsage:
+    if kind == "unknown":
+        return report.usage  # neither the PodResources socket nor the checkpoint could be read
     if kind == "idle":
-        return report.usage
+        return usage_from_responses(api_pb2.ListPodResourcesResponse(), None)
     if kind == "checkpoint":
         cpus = sorted(report.topology.allocatable_cpus)
         document = {
@@ -157,6 +169,7 @@ def usage_for(kind: str, report: NodeReport) -> NodeUsage:
 
 
 def exporter_report(machine_name: str, usage_kind: str, tmp_path: Path) -> tuple[dict[str, Any], NodeReport]:
+    """The machine fixture and the exporter's report for it under the given use."""
     machine = gen_sysfs.load_machine(machine_name)
     root = gen_sysfs.generate_sysfs(machine, tmp_path / "sys")
     kubelet_config = tmp_path / "kubelet.yaml"
@@ -184,10 +197,18 @@ def exporter_report(machine_name: str, usage_kind: str, tmp_path: Path) -> tuple
     return machine, build_report(machine_name, attrs.evolve(discovery, usage=usage), formats)
 
 
+@attrs.frozen
+class Published:
+    machine: dict[str, Any]
+    report: NodeReport
+    sees: set[str]
+
+
 @pytest.fixture(params=[(machine, usage) for machine in MACHINES for usage in USAGES], ids=lambda p: "-".join(p))
-def published(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[dict[str, Any], NodeReport]:
+def published(request: pytest.FixtureRequest, tmp_path: Path) -> Published:
     machine_name, usage_kind = request.param
-    return exporter_report(machine_name, usage_kind, tmp_path)
+    machine, report = exporter_report(machine_name, usage_kind, tmp_path)
+    return Published(machine, report, SEES[usage_kind])
 
 
 # --- the shipped CRD -----------------------------------------------------------------------------------
@@ -299,8 +320,8 @@ def test_model_validation_errors() -> None:
 # --- our exporter's objects ----------------------------------------------------------------------------------
 
 
-def test_numatopology_survives_volcanos_crd(published: tuple[dict[str, Any], NodeReport]) -> None:
-    _, report = published
+def test_numatopology_survives_volcanos_crd(published: Published) -> None:
+    report = published.report
     obj = numatopology_object(report)
     result = admit(VOLCANO_CRD, obj)
     assert result.dropped == ()
@@ -311,8 +332,8 @@ def test_numatopology_survives_volcanos_crd(published: tuple[dict[str, Any], Nod
     assert scheduler_pod_allocations(result.stored) == scheduler_pod_allocations(obj)
 
 
-def test_numatopology_reads_as_volcano_reads_it(published: tuple[dict[str, Any], NodeReport]) -> None:
-    machine, report = published
+def test_numatopology_reads_as_volcano_reads_it(published: Published) -> None:
+    machine, report = published.machine, published.report
     spec = admit(VOLCANO_CRD, numatopology_object(report)).stored["spec"]
     cpus = machine_cpus(machine)
     # cpuDetail: numa / socket / core of every CPU, zeros omitted (Go's omitempty).
@@ -323,10 +344,17 @@ def test_numatopology_reads_as_volcano_reads_it(published: tuple[dict[str, Any],
     held_cpus = {cpu for pod in report.usage.pods for c in pod.containers for cpu in c.cpuset}
     reserved = set(report.topology.reserved_cpus)
     assert reserved and len(reserved) == 2  # kubeReserved 1 + systemReserved 1 CPU
-    assert spec["numares"]["cpu"]["capacity"] == len(cpus)
-    assert parse_cpuset(spec["numares"]["cpu"]["allocatable"]) == set(cpus) - reserved - held_cpus
+    if "cpu" not in published.sees:
+        # Not knowing what is held, the exporter says nothing rather than call it free.
+        assert "cpu" not in spec.get("numares", {})
+    else:
+        assert spec["numares"]["cpu"]["capacity"] == len(cpus)
+        assert parse_cpuset(spec["numares"]["cpu"]["allocatable"]) == set(cpus) - reserved - held_cpus
     # numares.<device>: healthy ids not held, capacity all devices.
     for resource, group in report.topology.devices.items():
+        if "devices" not in published.sees:
+            assert resource not in spec.get("numares", {})
+            continue
         held = {d for pod in report.usage.pods for c in pod.containers for d in c.devices.get(resource, ())}
         entry = spec["numares"][resource]
         assert entry["capacity"] == len(group.devices)
@@ -366,8 +394,8 @@ def test_everything_held_says_nothing_is_free(tmp_path: Path) -> None:
     }
 
 
-def test_annotations_carry_what_volcanos_schema_cannot(published: tuple[dict[str, Any], NodeReport]) -> None:
-    machine, report = published
+def test_annotations_carry_what_volcanos_schema_cannot(published: Published) -> None:
+    machine, report = published.machine, published.report
     stored = admit(VOLCANO_CRD, numatopology_object(report)).stored
     annotations = stored["metadata"]["annotations"]
     # Per-pod ids, in the container form of numasched.io/allocation, keyed by namespace/name or uid.
@@ -397,8 +425,8 @@ def test_annotations_carry_what_volcanos_schema_cannot(published: tuple[dict[str
     assert detail.memory_allocatable["memory"][0] == detail.memory_total["memory"][0] - (2 << 30)
 
 
-def test_node_resource_topology_survives_its_crd(published: tuple[dict[str, Any], NodeReport]) -> None:
-    machine, report = published
+def test_node_resource_topology_survives_its_crd(published: Published) -> None:
+    machine, report = published.machine, published.report
     obj = node_resource_topology_object(report)
     result = admit(NRT_CRD, obj)
     assert (result.dropped, result.errors) == ((), ())
@@ -420,7 +448,22 @@ def test_node_resource_topology_survives_its_crd(published: tuple[dict[str, Any]
         resources = {r["name"]: r for r in zone["resources"]}
         assert resources["cpu"]["capacity"] == str(len(mine))
         assert resources["cpu"]["allocatable"] == str(len(mine - reserved))
-        assert resources["cpu"]["available"] == str(len(mine - reserved - held))
+        # What the exporter cannot see held is published as not available (0), never as free.
+        free = len(mine - reserved - held) if "cpu" in published.sees else 0
+        assert resources["cpu"]["available"] == str(free)
+        memory = resources["memory"]
+        pinned = sum(c.memory.get("memory", {}).get(numa, 0) for pod in report.usage.pods for c in pod.containers)
+        free_memory = int(memory["allocatable"]) - pinned if "memory" in published.sees else 0
+        assert memory["available"] == str(free_memory)
+        for resource, group in report.topology.devices.items():
+            here = {d.id for d in group.devices if d.numa == numa}
+            if not here:
+                continue
+            held_here = {d for pod in report.usage.pods for c in pod.containers for d in c.devices.get(resource, ())}
+            healthy = {d.id for d in group.devices if d.healthy} & here
+            entry = resources[resource]
+            assert (entry["capacity"], entry["allocatable"]) == (str(len(here)), str(len(healthy)))
+            assert entry["available"] == str(len(healthy - held_here) if "devices" in published.sees else 0)
         assert [cost["value"] for cost in zone["costs"]] == machine["numa_distances"][ids_index(machine, numa)]
 
 
@@ -433,8 +476,8 @@ def scheduler_pod_allocations(obj: dict[str, Any]) -> Any:
     return pod_allocation_report(obj, numatopology_to_topology(obj))
 
 
-def test_scheduler_reads_every_pods_holdings(published: tuple[dict[str, Any], NodeReport]) -> None:
-    _, report = published
+def test_scheduler_reads_every_pods_holdings(published: Published) -> None:
+    report = published.report
     stored = admit(VOLCANO_CRD, numatopology_object(report)).stored
     reported = scheduler_pod_allocations(stored)
     for pod in report.usage.pods:
