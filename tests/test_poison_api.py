@@ -343,3 +343,27 @@ def test_watch_lines_python_would_refuse_are_read() -> None:
     with pytest.raises(ValueError):
         parse_json(b'{"type": "ADDED", "object": ')
     assert json.loads(b'{"a": 1}') == parse_json(b'{"a": 1}')
+
+
+async def test_only_the_leader_writes_problems_and_only_about_what_is_there(server: KubeApiServer) -> None:
+    server.add(pod("bad", cpu="abc"))
+    server.add(pod("bound-bad", cpu="abc") | {"spec": {**pod("x")["spec"], "nodeName": "somewhere"}})
+    async with client.ApiClient(client.Configuration(host=server.url)) as api:
+        reporter = KubeStatusReporter(api, timeout=5.0)
+        writer = ObjectProblemWriter(api, reporter, scheduler_names=("numasched",), timeout=5.0)
+        leading = False
+        async with anyio.create_task_group() as group:
+            group.start_soon(writer.run, lambda: leading)
+            writer.note("Pod", "default/bad", "spec.containers[0].resources.requests: resource cpu: invalid")
+            writer.note("Pod", "default/bound-bad", "annotation numasched.io/allocation: broken")
+            writer.note("Pod", "default/gone", "spec: whatever")
+            writer.note("ConfigMap", "default/cm", "reported by the ConfigMap feed, not here")
+            await anyio.sleep(0.5)
+            assert server.list("v1", "Event") == [] and writer.pending == 3
+            leading = True
+            await wait_until(lambda: writer.pending == 0 and writer.written == 1, 10, "the leader's writes")
+            group.cancel_scope.cancel()
+    (event,) = server.list("v1", "Event")
+    assert event["involvedObject"]["name"] == "bad" and event["reason"] == "FailedScheduling"
+    assert "pod spec cannot be scheduled: spec.containers[0].resources.requests" in event["message"]
+    assert scheduled_condition(server, "bound-bad") is None
