@@ -1,11 +1,12 @@
 # make demo: install into .venv and schedule the bundled example cluster.
-# make test: install into .venv and run ruff, mypy --strict and the whole test suite.
+# make test: install into .venv and run ruff, ruff format --check, mypy --strict and the whole test suite.
+# make lock: regenerate requirements.lock (the image's dependencies, pinned with hashes) from pyproject.toml.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-full clean
+.PHONY: demo test lint typecheck unit bench bench-full lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +32,16 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit
+
+# Resolved against pypi.org alone, whatever pip configuration this machine has (a local index,
+# find-links or constraints would make the lock depend on the machine), for the Python running
+# here (the image's 3.11 on Linux); build requirements (setuptools, wheel) are locked too, so the
+# image installs everything with --require-hashes.
+LOCK_ENV := env -u PIP_FIND_LINKS -u PIP_CONSTRAINT -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_NO_INDEX \
+	PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock"
+lock: $(STAMP)
+	$(LOCK_ENV) $(BIN)/pip-compile --quiet --generate-hashes --all-build-deps --strip-extras --allow-unsafe \
+		--no-emit-index-url --index-url https://pypi.org/simple --output-file requirements.lock pyproject.toml
 
 bench: $(STAMP)
 	$(BIN)/python hack/bench.py --quick

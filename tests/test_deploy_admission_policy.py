@@ -15,6 +15,7 @@ import celpy
 import pytest
 import yaml
 from celpy import celtypes
+from celpy.adapter import json_to_cel
 from test_deploy_rbac import derived_permissions
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -61,9 +62,9 @@ def admit(request: dict[str, Any]) -> Verdict:
     """What the API server decides for one request under the shipped policy."""
     spec = the("ValidatingAdmissionPolicy")["spec"]
     activation: dict[str, Any] = {
-        "request": celpy.json_to_cel(request),
-        "object": celpy.json_to_cel(request.get("object")),
-        "oldObject": celpy.json_to_cel(request.get("oldObject")),
+        "request": json_to_cel(request),
+        "object": json_to_cel(request.get("object")),
+        "oldObject": json_to_cel(request.get("oldObject")),
     }
     for condition in spec.get("matchConditions", []):
         if not evaluate(condition["expression"], activation):
