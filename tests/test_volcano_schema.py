@@ -14,6 +14,7 @@ uid or namespace/name).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ import attrs
 import pytest
 import yaml
 from conftest import load_hack_module
-from crd_schema import MODELLED_KEYWORDS, admit, crd_features_used, crd_schema, prune, validate
 
 from numasched.api.allocation import allocation_from_mapping
 from numasched.cache.convert_topology import numatopology_to_topology, pod_allocation_report
@@ -34,7 +34,6 @@ from numasched.exporter.numatopology import (
     numatopology_object,
 )
 from numasched.exporter.podresources.client import usage_from_responses
-from numasched.exporter.podresources.v1 import api_pb2
 from numasched.exporter.report import NodeReport, build_report, parse_device_id_formats
 from numasched.exporter.usage import NodeUsage, parse_cpu_manager_state, with_pod_names
 
@@ -55,6 +54,12 @@ SEES = {
 GPU = "nvidia.com/gpu"
 
 gen_sysfs = load_hack_module("gen_sysfs")
+# tests/crd_schema.py sits beside the tests, outside the package mypy resolves (as conftest does).
+_model: Any = importlib.import_module("crd_schema")
+MODELLED_KEYWORDS, admit, crd_features_used = _model.MODELLED_KEYWORDS, _model.admit, _model.crd_features_used
+crd_schema, prune, validate = _model.crd_schema, _model.prune, _model.validate
+# Generated protobuf code has no type stubs.
+api_pb2: Any = importlib.import_module("numasched.exporter.podresources.v1.api_pb2")
 
 
 def load_crd(path: Path) -> dict[str, Any]:
