@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numasched.conf.loader import ConfigError, load_config_text
 from numasched.conf.watch import ConfigSource
@@ -219,3 +221,59 @@ def test_the_catalog_lists_and_finds_names_like_a_list() -> None:
     assert catalog.plugin_argument_problem("nonesuch", {"x": 1}) is None
     assert catalog.plugin_argument_problem("gang", {}) is None
     assert PluginArgumentError("p", "k", "d").key == "k"
+
+
+# --- any value, any plugin: an answer, never an exception ------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+# Arguments the built-in plugins read, and one none reads.
+_ARGUMENT_KEYS = [
+    "weight",
+    "devices",
+    "binpack.weight",
+    "binpack.resources",
+    "leastrequested.weight",
+    "unknown-topology",
+    "hint-providers",
+    "nic-alignment",
+    "full-pcpus-only",
+    "x",
+]
+_GETTERS: dict[str, tuple[Any, type | tuple[type, ...]]] = {
+    "get_int": (1, int),
+    "get_float": (1.0, float),
+    "get_bool": (True, bool),
+    "get_str": ("d", str),
+    "get_list": (["d"], list),
+    "get_mapping": ({"d": 1}, dict),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, getter=st.sampled_from(sorted(_GETTERS)))
+def test_a_getter_returns_its_type_or_raises_the_configuration_error(value: object, getter: str) -> None:
+    default, kind = _GETTERS[getter]
+    try:
+        result = getattr(Arguments({"knob": value}, plugin="acme"), getter)("knob", default)
+    except PluginArgumentError as error:
+        assert (error.plugin, error.key) == ("acme", "knob")
+        return
+    assert isinstance(result, kind) and not (kind is int and isinstance(result, bool))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    plugin=st.sampled_from(sorted(default_registry().known_plugin_names())),
+    arguments=st.dictionaries(
+        st.sampled_from(_ARGUMENT_KEYS),
+        _JSON,
+        max_size=4,
+    ),
+)
+def test_checking_any_arguments_of_any_plugin_never_raises(plugin: str, arguments: dict[str, Any]) -> None:
+    problem = default_registry().known_plugin_names().plugin_argument_problem(plugin, arguments)
+    assert problem is None or (isinstance(problem[0], str) and problem[1])
