@@ -158,8 +158,9 @@ def test_numasched_places_as_the_kubelet_would(name: str, capsys: pytest.Capture
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_decided_ids_are_really_free(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """On nodes whose truth has the node's real ids, what numasched decides must be free there."""
-    expect, _ = load_scenario(name)
+    """On nodes whose truth has the node's real ids, every pinned pod numasched binds carries a
+    decision naming as many CPUs and devices as the kubelet will pin, all of them really free."""
+    expect, pods = load_scenario(name)
     states = truth_states(expect["truth"])
     report = simulate(name, capsys)
     for pod in report["pods"]:
@@ -167,7 +168,15 @@ def test_decided_ids_are_really_free(name: str, capsys: pytest.CaptureFixture[st
         if pod["status"] != "Bound" or expect["truth"][node_name]["machine"].get("machine") == SYNTHETIC:
             continue
         state = states[node_name]
+        model_pod = km.pod_from_object(pods[pod["name"]])
+        pinned_cpus = sum(km.exclusive_cpus(model_pod, c) for c in model_pod.containers if not c.init)
+        pinned_devices: Counter[str] = Counter()
+        for container in model_pod.containers:
+            if not container.init:
+                pinned_devices.update(km.device_requests(state.node, container))
         cpus = IdSet.parse(pod["cpuset"] or "")
+        decided = {resource: len(ids) for resource, ids in pod["devices"].items() if ids}
+        assert (len(cpus), decided) == (pinned_cpus, dict(pinned_devices)), f"{pod['name']} on {node_name}: {pod}"
         clashes = state.take(cpus, pod["devices"])
         assert not clashes, f"{pod['name']} on {node_name} was given ids that are taken: {clashes}"
         touched = km.numa_of_ids(state.node, cpus, pod["devices"])
