@@ -7,6 +7,7 @@ never a Python traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,15 +62,22 @@ def kubeconfig_problem(args: argparse.Namespace) -> str:
     """Why the kubeconfig named on the command line cannot be used ("" when it can, or none is named).
 
     The Kubernetes client raises assorted exceptions (a YAML error among them) for a bad file; a
-    strict read first gives one clear line instead.
+    strict read first gives one clear line instead. Like the client (and kubectl), the value may
+    list several files separated by the path separator (KUBECONFIG=a:b); files that do not exist
+    are skipped, but at least one must.
     """
-    path = getattr(args, "kubeconfig", None)
-    if not path:
+    value = getattr(args, "kubeconfig", None)
+    if not value:
         return ""
-    try:
-        read_yaml_file(Path(path))
-    except InputFileError as error:
-        return f"kubeconfig {error}"
+    paths = [Path(part).expanduser() for part in str(value).split(os.pathsep) if part]
+    present = [path for path in paths if path.exists()]
+    if not present:
+        return f"kubeconfig {value}: no such file"
+    for path in present:
+        try:
+            read_yaml_file(path)
+        except InputFileError as error:
+            return f"kubeconfig {error}"
     return ""
 
 

@@ -262,3 +262,18 @@ def test_exporter_without_a_cluster_is_a_config_error_without_traceback(tmp_path
         assert result.returncode == EXIT_CONFIG, result.stderr
         assert "Traceback" not in result.stderr
         assert result.stderr.startswith("numasched exporter: ")
+
+
+def test_a_kubeconfig_list_is_read_as_the_client_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # KUBECONFIG=a:b: missing files are skipped, as kubectl and the client skip them; a bad one is not.
+    good = write(tmp_path, "good", KUBECONFIG)
+    bad = write(tmp_path, "bad", b"\xff")
+    absent = tmp_path / "absent"
+    args = ["exporter", "--node-name", "n1", "--once", "--sysfs", str(tmp_path / "nosys"), "--kubeconfig"]
+    # Past the kubeconfig check, the exporter stops at the missing sysfs: the list was accepted.
+    assert main([*args, f"{absent}{os.pathsep}{good}"]) == EXIT_INPUT
+    assert "nosys" in one_line_error(capsys, "exporter")
+    assert main([*args, f"{good}{os.pathsep}{bad}"]) == EXIT_CONFIG
+    assert f"kubeconfig {bad}: not UTF-8" in one_line_error(capsys, "exporter")
+    assert main([*args, f"{absent}{os.pathsep}{absent}"]) == EXIT_CONFIG
+    assert "no such file" in one_line_error(capsys, "exporter")
