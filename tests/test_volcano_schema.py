@@ -492,3 +492,15 @@ def test_scheduler_reads_every_pods_holdings(published: Published) -> None:
         assert set(allocation.cpus()) == {cpu for c in pod.containers for cpu in c.cpuset}
         for resource in {name for c in pod.containers for name in c.devices}:
             assert allocation.devices(resource) == {d for c in pod.containers for d in c.devices.get(resource, ())}
+
+
+def test_docs_podresources_example(tmp_path: Path) -> None:
+    text = (REPO / "docs/exporter.md").read_text()
+    block = text.split("<!-- example: dgx1-v100 podresources -->", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    _, report = exporter_report("dgx1-v100", "podresources", tmp_path)
+    obj = numatopology_object(report)
+    assert yaml.safe_load(block) == {key: obj["spec"][key] for key in ("numares", "podAllocations")}
+    annotation = text.split("and its `numasched.io/pod-allocations` annotation:\n", 1)[1].split("`.\n", 1)[0]
+    assert json.loads(annotation.strip("`").replace("\n", "")) == json.loads(
+        obj["metadata"]["annotations"][POD_ALLOCATIONS_ANNOTATION]
+    )
