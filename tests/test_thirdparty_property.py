@@ -31,6 +31,7 @@ from numasched.api.idset import IdSet
 from numasched.api.topology import TopologyPolicy
 from numasched.cache.cache import Cache
 from numasched.cache.machine_shapes import machine_objects, reserved_cpus_for
+from numasched.cache.pod_fingerprint import pods_fingerprint
 from numasched.cache.simcluster import ClusterEvent, SimCluster
 from numasched.conf.loader import load_config_text
 from numasched.scheduler.registry import default_registry
@@ -259,3 +260,169 @@ def test_the_property_can_fail() -> None:
         assert "rejects" in str(error)
     else:
         raise AssertionError("a binding the kubelet rejects went unnoticed")
+
+
+# ---- the same property on nodes described only by NFD's NodeResourceTopology ------------------
+#
+# Property: on nodes described only by a NodeResourceTopology as NFD's topology-updater publishes it
+# (v1alpha2: per-zone capacity / allocatable / available counts, no ids, topologyManagerPolicy and
+# topologyManagerScope attributes, zone costs, the pods fingerprint or not), every pod numasched binds
+# is one the kubelet admits.
+#
+# The true state has real ids (the fixture machines; reserved CPUs and random holdings of pods bound by
+# another scheduler, without decision annotations); the NRT says only how many are free per zone. As
+# the ids numasched decides for such a node cannot be the ones the kubelet picks (no object names
+# them), the replay lets the kubelet model pick: only admission is judged, with the kubelet's Topology
+# Manager policy and scope (pod scope included) as the attributes say.
+
+NRT_SHAPES = ("pcie-8gpu-2numa", "dgx1-v100", "hgx-h100", "epyc-1s-nps4")
+V1ALPHA2_POLICY = {"single-numa-node": "SingleNUMANode", "restricted": "Restricted", "best-effort": "BestEffort"}
+
+
+def truth_node(drawn: Mapping[str, Any]) -> Any:
+    machine = MACHINES[drawn["shape"]]
+    return km.node_from_machine(
+        machine,
+        drawn["name"],
+        reserved_cpus=reserved_cpus_for(machine, 2),
+        topology_policy=drawn["policy"],
+        topology_scope=drawn["scope"],
+    )
+
+
+@st.composite
+def nrt_nodes(draw: st.DrawFn) -> list[dict[str, Any]]:
+    drawn: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 2))):
+        shape = draw(st.sampled_from(NRT_SHAPES))
+        entry: dict[str, Any] = {
+            "name": f"nrt-{index}",
+            "shape": shape,
+            "policy": draw(st.sampled_from(POLICIES)),
+            "scope": draw(st.sampled_from(("container", "pod"))),
+            "fingerprint": draw(st.booleans()),
+        }
+        free = km.NodeState.empty(truth_node(entry))
+        holders = []
+        for number in range(draw(st.integers(0, 3))):
+            cpus = sorted(draw(st.lists(st.sampled_from(sorted(free.free_cpus)), max_size=24, unique=True)))
+            gpu_pool = sorted(free.free_devices.get(GPU, set()))
+            gpus = draw(st.lists(st.sampled_from(gpu_pool), max_size=4, unique=True)) if gpu_pool else []
+            if not cpus and not gpus:
+                continue
+            free.take(cpus, {GPU: gpus})
+            holders.append({"name": f"{entry['name']}-holder-{number}", "cpus": cpus, "gpus": gpus})
+        entry["holders"] = holders
+        drawn.append(entry)
+    return drawn
+
+
+def nfd_objects(drawn: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Node, the NRT NFD's topology-updater would publish for the true state, and the holder pods."""
+    node = truth_node(drawn)
+    state = km.NodeState.empty(node)
+    pods = []
+    for holder in drawn["holders"]:
+        state.take(holder["cpus"], {GPU: holder["gpus"]})
+        cpu = max(len(holder["cpus"]), 1)
+        pods.append(
+            pod_object(holder["name"], cpu, len(holder["gpus"]), guaranteed=bool(holder["cpus"]), node=drawn["name"])
+        )
+        pods[-1]["metadata"]["uid"] = f"uid-{holder['name']}"
+    zones = []
+    for numa in node.numa_ids:
+        cpus = node.cpus_in([numa])
+        allocatable_cpus = cpus - node.reserved_cpus
+        resources: list[dict[str, Any]] = [
+            {
+                "name": "cpu",
+                "capacity": str(len(cpus)),
+                "allocatable": str(len(allocatable_cpus)),
+                "available": str(len(allocatable_cpus & state.free_cpus)),
+            }
+        ]
+        gpus = [d for d, n in node.devices.get(GPU, {}).items() if n == numa]
+        if gpus:
+            free = [d for d in gpus if d in state.free_devices.get(GPU, set())]
+            count = str(len(gpus))
+            resources.append({"name": GPU, "capacity": count, "allocatable": count, "available": str(len(free))})
+        costs = [{"name": f"node-{other}", "value": 10 if other == numa else 21} for other in node.numa_ids]
+        zones.append({"name": f"node-{numa}", "type": "Node", "costs": costs, "resources": resources})
+    attributes = [
+        {"name": "topologyManagerPolicy", "value": drawn["policy"]},
+        {"name": "topologyManagerScope", "value": drawn["scope"]},
+    ]
+    if drawn["fingerprint"]:
+        value = pods_fingerprint(("default", holder["name"]) for holder in drawn["holders"])
+        attributes.append({"name": "nodeTopologyPodsFingerprint", "value": value})
+    level = "PodLevel" if drawn["scope"] == "pod" else "ContainerLevel"
+    nrt = {
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": drawn["name"]},
+        "topologyPolicies": [V1ALPHA2_POLICY[drawn["policy"]] + level],
+        "attributes": attributes,
+        "zones": zones,
+    }
+    total = len(node.cpu_numa)
+    capacity: dict[str, str] = {"cpu": str(total), "memory": "1024Gi", "pods": "110"}
+    if node.devices.get(GPU):
+        capacity[GPU] = str(len(node.devices[GPU]))
+    allocatable = {**capacity, "cpu": str(total - len(node.reserved_cpus))}
+    node_object = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": drawn["name"], "labels": {"kubernetes.io/hostname": drawn["name"]}},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    return [node_object, nrt, *pods]
+
+
+@st.composite
+def pending(draw: st.DrawFn) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 6))):
+        containers = draw(st.integers(1, 2))
+        cpu = draw(st.sampled_from((1, 2, 4, 8, 16, 30)))
+        gpus = draw(st.sampled_from((0, 0, 1, 2, 4)))
+        guaranteed = draw(st.booleans()) or gpus == 0
+        pod = pod_object(f"pod-{index}", cpu, gpus, guaranteed=guaranteed)
+        if containers == 2:
+            pod["spec"]["containers"].append({**pod["spec"]["containers"][0], "name": "sidecar"})
+        pods.append(pod)
+    return pods
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(drawn_nodes=nrt_nodes(), pods=pending())
+def test_every_binding_on_nfd_nrt_nodes_is_admitted_by_the_kubelet(
+    drawn_nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> None:
+    objects: list[dict[str, Any]] = []
+    for drawn in drawn_nodes:
+        objects.extend(nfd_objects(drawn))
+    cluster = run_numasched(objects + pods)
+    states = {}
+    for drawn in drawn_nodes:
+        state = km.NodeState.empty(truth_node(drawn))
+        for holder in drawn["holders"]:
+            assert not state.take(holder["cpus"], {GPU: holder["gpus"]})
+        states[drawn["name"]] = state
+    for key in [e.name for e in cluster.events if e.reason == "Scheduled"]:
+        pod = cluster.objects["Pod"][key]
+        node_name = pod["spec"]["nodeName"]
+        admission = km.admit(states[node_name], km.pod_from_object(pod))
+        free = (
+            f"free cpus {IdSet(sorted(states[node_name].free_cpus)).format()}, {dict(states[node_name].free_devices)}"
+        )
+        assert admission.admitted, f"{key} bound to {node_name}, which the kubelet rejects: {admission.reason}; {free}"
+        km.apply(states[node_name], admission)
