@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from typing import Any, TypeVar
 
+import attrs
+
 from numasched.api.allocation import (
     AllocationError,
     ContainerAllocation,
@@ -56,6 +58,11 @@ from numasched.api.topology import (
     check_topology_manager_options,
 )
 from numasched.cache.convert_pod import ConversionError, metadata_of
+from numasched.cache.convert_topology_koordlet import (
+    KoordletAnnotationError,
+    KoordletCpuState,
+    parse_koordlet_cpu_state,
+)
 from numasched.cache.device_topology import DeviceTopologyError, parse_device_topology
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.plugins.numaaware.providers.cpu_assignment import CpuAssignmentError, take_packed
@@ -876,7 +883,23 @@ def _zone_numa_id(zone_name: str, fail: Callable[[str], ConversionError], field:
     return int(digits)
 
 
-def nrt_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
+def _koordlet_state(
+    metadata: Mapping[str, Any],
+    numa_ids: set[int],
+    fail: Callable[[str], ConversionError],
+    on_warning: Callable[[str], None] | None,
+) -> KoordletCpuState | None:
+    """koordlet's CPU annotations, read as one unit; one that does not parse is reported and all of
+    them are ignored (the zones' counts remain, and pods holding CPUs count as unknown holders)."""
+    try:
+        return parse_koordlet_cpu_state(_annotations(metadata, fail), numa_ids)
+    except KoordletAnnotationError as error:
+        if on_warning is not None:
+            on_warning(f"annotation {error}; koordlet's CPU state is ignored, the zones' counts are used")
+        return None
+
+
+def nrt_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str], None] | None = None) -> NumaTopology:
     """A NodeResourceTopology (v1alpha1 or v1alpha2) to NumaTopology.
 
     NRT carries counts per NUMA zone, not CPU or device ids, so the topology gets consecutive
@@ -885,7 +908,7 @@ def nrt_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
     so what is free per NUMA node is what the zone says. The binding leaves cpusets to the kubelet
     (cpu_ids_known False).
     """
-    _, name, _ = metadata_of(obj, NODE_RESOURCE_TOPOLOGY)
+    _, name, metadata = metadata_of(obj, NODE_RESOURCE_TOPOLOGY)
 
     def fail(message: str) -> ConversionError:
         return _nrt_fail(name, message)
@@ -983,6 +1006,21 @@ def nrt_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
                 distances.setdefault(numa, {})[zone_ids[other]] = value
     # NRT publishers report exclusive-capable CPUs per zone only under the static CPU manager.
     policies = _nrt_policies(obj, attributes, fail, CpuManagerPolicy.STATIC if cpus else CpuManagerPolicy.NONE)
+    available_cpus = IdSet(available_cpu_ids) if cpu_stated else None
+    reserved_cpus = IdSet()
+    koordlet = _koordlet_state(metadata, set(zone_ids.values()), fail, on_warning)
+    if koordlet is not None:
+        # Real CPU ids: they replace the placeholders, and only koordlet's shared pools say which
+        # are free (its zones' `available` is every CPU, whatever pods hold).
+        cpus = list(koordlet.cpus)
+        if koordlet.cpu_manager_policy:
+            policies = attrs.evolve(
+                policies,
+                cpu_manager_policy=CpuManagerPolicy(koordlet.cpu_manager_policy),
+                cpu_manager_options=koordlet.cpu_manager_options,
+            )
+        reserved_cpus = koordlet.reserved_cpus
+        available_cpus = koordlet.shared_cpus if policies.cpu_manager_policy is CpuManagerPolicy.STATIC else None
     return NumaTopology(
         node_name=name,
         numa_ids=tuple(sorted(zone_ids.values())),
@@ -991,10 +1029,41 @@ def nrt_to_topology(obj: Mapping[str, Any]) -> NumaTopology:
         memory=memory,
         devices={resource: DeviceGroup(resource, tuple(devices)) for resource, devices in device_lists.items()},
         policies=policies,
-        cpu_ids_known=False,
-        available_cpus=IdSet(available_cpu_ids) if cpu_stated else None,
+        reserved_cpus=reserved_cpus,
+        cpu_ids_known=koordlet is not None,
+        available_cpus=available_cpus,
         available_devices={
             resource: frozenset(ids) for resource, ids in available_device_ids.items() if resource in devices_stated
         },
         pods_fingerprint=fingerprint,
     )
+
+
+def nrt_pod_allocation_report(
+    obj: Mapping[str, Any],
+    topology: NumaTopology | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> ReportedAllocations:
+    """What a NodeResourceTopology says its pods hold: koordlet's node.koordinator.sh/pod-cpu-allocs
+    (the kubelet's and Koordinator's exclusive cpusets per pod).
+
+    Its pods are accounted for only where the topology (converted from this object) took koordlet's
+    real CPU ids and shared pools, which already leave those cpusets out; otherwise the report is
+    empty and pods holding CPUs there count as unknown holders. Other publishers give no per-pod
+    report (their pods fingerprint says which pods `available` reflects).
+    """
+    _, name, metadata = metadata_of(obj, NODE_RESOURCE_TOPOLOGY)
+
+    def fail(message: str) -> ConversionError:
+        return _nrt_fail(name, message)
+
+    if topology is None or not topology.cpu_ids_known or topology.available_cpus is None:
+        return ReportedAllocations()
+    koordlet = _koordlet_state(metadata, set(topology.numa_ids), fail, on_warning)
+    if koordlet is None:
+        return ReportedAllocations()
+    builder = _ReportBuilder()
+    for pod in koordlet.pods:
+        key = f"{pod.namespace}/{pod.name}" if pod.namespace and pod.name else ""
+        builder.add((pod.uid, key), PodAllocation((ContainerAllocation(name="", cpuset=pod.cpus),)))
+    return builder.build()

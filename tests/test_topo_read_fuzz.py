@@ -16,6 +16,7 @@ from numasched.cache.convert_pod import ConversionError
 from numasched.cache.convert_topology import (
     DEVICE_TOPOLOGY_ANNOTATION,
     POD_ALLOCATIONS_ANNOTATION,
+    nrt_pod_allocation_report,
     nrt_to_topology,
     numatopology_to_topology,
     pod_allocation_report,
@@ -245,3 +246,38 @@ def test_any_json_inside_the_device_topology_annotation_is_read_or_only_warned_a
     with contextlib.suppress(ConversionError):
         numatopology_to_topology(obj, on_warning=warnings.append)
     assert len(warnings) <= 1
+
+
+KOORDLET_DOCUMENTS: dict[str, Any] = {
+    "node.koordinator.sh/cpu-topology": {
+        "detail": [{"id": cpu, "core": cpu % 2, "socket": cpu // 2, "node": cpu // 2} for cpu in range(4)]
+    },
+    "kubelet.koordinator.sh/cpu-manager-policy": {
+        "policy": "static",
+        "options": {"full-pcpus-only": "true"},
+        "reservedCPUs": "0",
+    },
+    "node.koordinator.sh/cpu-shared-pools": [
+        {"socket": 0, "node": 0, "cpuset": "0"},
+        {"socket": 1, "node": 1, "cpuset": "2-3"},
+    ],
+    "node.koordinator.sh/pod-cpu-allocs": [
+        {"namespace": "ns", "name": "p", "uid": "u", "cpuset": "1", "managedByKubelet": True}
+    ],
+}
+KOORDLET_PATHS = sorted(paths(KOORDLET_DOCUMENTS), key=repr)
+
+
+@FUZZ_SETTINGS
+@given(path=st.sampled_from(KOORDLET_PATHS), value=FIELD_VALUES, as_key=st.booleans())
+def test_any_json_inside_koordlet_annotations_is_read_or_only_warned_about(
+    path: tuple[Any, ...], value: Any, as_key: bool
+) -> None:
+    documents = replaced(KOORDLET_DOCUMENTS, path, value, as_key)
+    obj = nrt_base()
+    obj["metadata"]["annotations"] = {key: json.dumps(document, allow_nan=True) for key, document in documents.items()}
+    warnings: list[str] = []
+    topology = nrt_to_topology(obj, on_warning=warnings.append)
+    assert len(warnings) <= 1
+    with contextlib.suppress(ConversionError):
+        nrt_pod_allocation_report(obj, topology, on_warning=warnings.append)
