@@ -281,3 +281,27 @@ def test_any_json_inside_koordlet_annotations_is_read_or_only_warned_about(
     assert len(warnings) <= 1
     with contextlib.suppress(ConversionError):
         nrt_pod_allocation_report(obj, topology, on_warning=warnings.append)
+
+
+POD_ALLOCATIONS_DOCUMENT: dict[str, Any] = {
+    "ns/q": {
+        "uid": "v",
+        "containers": {
+            "b": {"cpuset": "2", "numa": [1], "devices": {"nvidia.com/gpu": ["4"]}, "memory": {"memory": {"1": 1024}}}
+        },
+    }
+}
+POD_ALLOCATIONS_PATHS = sorted(paths(POD_ALLOCATIONS_DOCUMENT), key=repr)
+
+
+@FUZZ_SETTINGS
+@given(path=st.sampled_from(POD_ALLOCATIONS_PATHS), value=FIELD_VALUES, as_key=st.booleans())
+def test_any_json_inside_the_pod_allocations_annotation_converts_or_is_a_conversion_error(
+    path: tuple[Any, ...], value: Any, as_key: bool
+) -> None:
+    obj = numatopology_base()
+    document = replaced(POD_ALLOCATIONS_DOCUMENT, path, value, as_key)
+    obj["metadata"]["annotations"][POD_ALLOCATIONS_ANNOTATION] = json.dumps(document, allow_nan=True)
+    topology = numatopology_to_topology(obj)
+    with contextlib.suppress(ConversionError):
+        pod_allocation_report(obj, topology)
