@@ -122,11 +122,15 @@ def package_modules() -> tuple[Module, ...]:
         relative = path.relative_to(PACKAGE)
         if relative.parts[0] in EXCLUDED_TOP_LEVEL or any(part.endswith(".egg-info") for part in relative.parts):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
-        dotted = ".".join(("numasched", *relative.with_suffix("").parts)).removesuffix(".__init__")
-        modules.append(Module(dotted, path, tree, parents))
+        modules.append(module_of(path, path.read_text(encoding="utf-8")))
     return tuple(modules)
+
+
+def module_of(path: Path, source: str) -> Module:
+    tree = ast.parse(source, str(path))
+    parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    dotted = ".".join(("numasched", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+    return Module(dotted, path, tree, parents)
 
 
 class Unresolved(Exception):
@@ -419,9 +423,9 @@ def group_and_resources(use: ApiUse, resolver: Resolver) -> set[tuple[str, str]]
     return {(pair[0], pair[1]) for pair in resolver.strings(*items)}
 
 
-def derived_permissions() -> dict[str, set[Triple]]:
+def derived_permissions(modules: tuple[Module, ...] | None = None) -> dict[str, set[Triple]]:
     """Per service account ("scheduler", "exporter"): the triples its code can request."""
-    modules = package_modules()
+    modules = package_modules() if modules is None else modules
     resolver = Resolver(modules)
     found: dict[str, set[Triple]] = {"scheduler": set(), "exporter": set()}
     for module in modules:
@@ -534,3 +538,91 @@ def test_namespaced_state_is_granted_in_the_scheduler_namespace_only() -> None:
             continue
         for rule in role["rules"]:
             assert not {"configmaps", "leases"} & set(rule["resources"]), rule
+
+
+SAMPLE_SCHEDULER = """
+import functools
+from kubernetes_asyncio import client
+
+TABLE = {
+    "A": ("a.example.com", "v1", "apples", True),
+    "B": ("b.example.com", "v1", "bananas", False),
+}
+
+def informers(api_client, make_informer):
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+
+    def custom_list(group, version, plural):
+        return functools.partial(custom.list_cluster_custom_object, group, version, plural)
+
+    make_informer(core.list_node)
+    make_informer(custom_list("c.example.com", "v1", "cherries"))
+
+class Writer:
+    def __init__(self, api_client):
+        self._events = client.EventsV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+
+    async def write(self, kind, namespace, name, body):
+        group, version, plural, namespaced = TABLE[kind]
+        await self._events.create_namespaced_event(namespace, body)
+        await self._custom.replace_namespaced_custom_object(group, version, namespace, plural, name, body)
+"""
+
+SAMPLE_EXPORTER = """
+from kubernetes_asyncio import client
+
+class Publisher:
+    def __init__(self, api, group, version, plural):
+        self.api = api
+        self.group = group
+        self.version = version
+        self.plural = plural
+
+    async def publish(self, name, body):
+        await self.api.get_cluster_custom_object(self.group, self.version, self.plural, name)
+        await self.api.create_cluster_custom_object(self.group, self.version, self.plural, body)
+
+def publishers(custom):
+    return [Publisher(custom, "d.example.com", "v1", "dates"), Publisher(custom, "e.example.com", "v2", "eggs")]
+
+async def pods(api_client):
+    return await client.CoreV1Api(api_client).list_pod_for_all_namespaces(field_selector="x")
+"""
+
+
+def test_the_derivation_on_a_small_example() -> None:
+    """The derivation itself, on code whose requests are known: partials and informers, group and
+    plural from one call site or one table row (never crossed), the API class decided by the
+    receiver where two classes share a method name."""
+    modules = (
+        module_of(PACKAGE / "cache" / "kube" / "sample.py", SAMPLE_SCHEDULER),
+        module_of(PACKAGE / "exporter" / "sample.py", SAMPLE_EXPORTER),
+    )
+    derived = derived_permissions(modules)
+    assert derived["scheduler"] == {
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("c.example.com", "cherries", "list"),
+        ("c.example.com", "cherries", "watch"),
+        ("events.k8s.io", "events", "create"),
+        ("a.example.com", "apples", "update"),
+        ("b.example.com", "bananas", "update"),
+    }
+    assert derived["exporter"] == {
+        ("d.example.com", "dates", "get"),
+        ("d.example.com", "dates", "create"),
+        ("e.example.com", "eggs", "get"),
+        ("e.example.com", "eggs", "create"),
+        ("", "pods", "list"),
+    }
+
+
+def test_the_derivation_refuses_what_it_cannot_follow() -> None:
+    source = "def write(custom, group):\n    return custom.create_cluster_custom_object(group, 'v1', 'x', {})\n"
+    with pytest.raises(Unresolved, match="nothing calls write"):
+        derived_permissions((module_of(PACKAGE / "cache" / "kube" / "sample.py", source),))
+    source += "write(None, 'g' + 'h')\n"
+    with pytest.raises(Unresolved, match="cannot follow"):
+        derived_permissions((module_of(PACKAGE / "cache" / "kube" / "sample.py", source),))
