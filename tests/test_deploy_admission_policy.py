@@ -145,6 +145,14 @@ def test_a_token_without_exactly_one_node_is_refused(node: list[str] | None, why
     assert why in verdict.denials[0]
 
 
+def test_a_token_without_any_extra_is_refused_with_the_policy_message() -> None:
+    legacy = request("UPDATE", "node-a")
+    del legacy["userInfo"]["extra"]
+    verdict = admit(legacy)
+    assert verdict.applies and len(verdict.denials) == 1
+    assert "token is not bound to a node" in verdict.denials[0]
+
+
 def test_a_prefix_or_suffix_of_the_node_name_is_not_enough() -> None:
     for name in ("node-a2", "node-", "NODE-A", "node-a "):
         assert not admit(request("UPDATE", name)).allowed, name
