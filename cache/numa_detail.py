@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from numasched.api.idset import IdSet, IdSetError
+from numasched.api.numamask import MAX_NUMA_ID
 from numasched.api.topology import NumaTopology
 
 NUMA_DETAIL_ANNOTATION = "numasched.io/numa-detail"
@@ -169,18 +170,20 @@ def parse_numa_detail(text: str) -> NumaDetail:
 def apply_numa_detail(topology: NumaTopology, detail: NumaDetail) -> NumaTopology:
     """The topology with the annotation's distances, memory and L3 groups; what it lacks is kept.
 
-    Raises NumaDetailError when the annotation names a NUMA node or CPU the topology does not have.
-    Applying the same detail twice gives the same topology.
+    A NUMA node with memory but no CPU (CXL or memory-only nodes, which cpuDetail cannot show) is
+    added to the topology's NUMA nodes. Raises NumaDetailError when the annotation names a CPU the
+    topology does not have, a distance between unknown NUMA nodes, or a NUMA id the scheduler's
+    masks cannot hold. Applying the same detail twice gives the same topology.
     """
-    numa_ids = set(topology.numa_ids)
+    memory_numa = {numa for per_numa in detail.memory_total.values() for numa in per_numa}
+    too_large = {numa for numa in memory_numa if numa > MAX_NUMA_ID}
+    if too_large:
+        raise NumaDetailError(f"memory[{min(too_large)}]: NUMA id {min(too_large)} exceeds {MAX_NUMA_ID}")
+    numa_ids = set(topology.numa_ids) | memory_numa
     for numa, row in detail.distances.items():
         unknown = ({numa} | set(row)) - numa_ids
         if unknown:
             raise NumaDetailError(f"distances[{numa}]: unknown NUMA node {min(unknown)}")
-    for resource, per_numa in detail.memory_allocatable.items():
-        unknown = set(per_numa) - numa_ids
-        if unknown:
-            raise NumaDetailError(f"memory[{min(unknown)}][{resource}]: unknown NUMA node {min(unknown)}")
     unknown_cpus = set(detail.l3_by_cpu) - set(topology.cpu_info)
     if unknown_cpus:
         raise NumaDetailError(f"l3: CPU {min(unknown_cpus)} is not in cpuDetail")
@@ -190,6 +193,7 @@ def apply_numa_detail(topology: NumaTopology, detail: NumaDetail) -> NumaTopolog
     )
     return attrs.evolve(
         topology,
+        numa_ids=tuple(sorted(numa_ids)),
         cpus=cpus,
         distances={numa: dict(row) for numa, row in detail.distances.items()} or topology.distances,
         memory={resource: dict(per_numa) for resource, per_numa in detail.memory_allocatable.items()}

@@ -52,6 +52,17 @@ def test_round_trip_and_idempotent_apply() -> None:
     assert apply_numa_detail(topology, detail) == topology
 
 
+def test_a_memory_only_numa_node_is_added() -> None:
+    text = (
+        '{"version": 1, "distances": {"0": {"0": 10, "1": 21, "2": 30}, "1": {"0": 21, "1": 10, "2": 30},'
+        ' "2": {"0": 30, "1": 30, "2": 10}}, "memory": {"2": {"memory": {"total": 64, "allocatable": 64}}}}'
+    )
+    topology = apply_numa_detail(two_node_topology(), parse_numa_detail(text))
+    assert topology.numa_ids == (0, 1, 2)
+    assert topology.memory == {"memory": {2: 64}}
+    assert topology.distance(2, 0) == 30
+
+
 def test_an_empty_annotation_keeps_what_the_topology_has() -> None:
     topology = two_node_topology()
     assert apply_numa_detail(topology, parse_numa_detail('{"version":1}')) == topology
@@ -95,7 +106,8 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
     ("text", "message"),
     [
         ('{"version": 1, "distances": {"0": {"5": 10}}}', "distances[0]: unknown NUMA node 5"),
-        ('{"version": 1, "memory": {"3": {"memory": {"total": 1}}}}', "memory[3][memory]: unknown NUMA node 3"),
+        ('{"version": 1, "distances": {"0": {"0": 10}, "2": {"2": 10}}}', "distances[2]: unknown NUMA node 2"),
+        ('{"version": 1, "memory": {"64": {"memory": {"total": 1}}}}', "memory[64]: NUMA id 64 exceeds 63"),
         ('{"version": 1, "l3": {"0": "0-8"}}', "l3: CPU 8 is not in cpuDetail"),
     ],
 )
