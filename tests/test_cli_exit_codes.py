@@ -277,3 +277,17 @@ def test_a_kubeconfig_list_is_read_as_the_client_reads_it(tmp_path: Path, capsys
     assert f"kubeconfig {bad}: not UTF-8" in one_line_error(capsys, "exporter")
     assert main([*args, f"{absent}{os.pathsep}{absent}"]) == EXIT_CONFIG
     assert "no such file" in one_line_error(capsys, "exporter")
+
+
+def test_run_without_usable_credentials_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    not_a_kubeconfig = write(tmp_path, "kubeconfig", "apiVersion: v1\nkind: Config\n")
+    assert main(["--log-format", "json", "run", "--kubeconfig", str(not_a_kubeconfig)]) == EXIT_CONFIG
+    assert "Traceback" not in capsys.readouterr().err
+    # Outside a pod and without a kubeconfig: no in-cluster credentials.
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    assert main(["--log-format", "json", "run"]) == EXIT_CONFIG
+    assert "Traceback" not in capsys.readouterr().err
