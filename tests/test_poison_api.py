@@ -367,3 +367,45 @@ async def test_only_the_leader_writes_problems_and_only_about_what_is_there(serv
     assert event["involvedObject"]["name"] == "bad" and event["reason"] == "FailedScheduling"
     assert "pod spec cannot be scheduled: spec.containers[0].resources.requests" in event["message"]
     assert scheduled_condition(server, "bound-bad") is None
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[ObjectEvent] = []
+
+    def apply(self, event: ObjectEvent) -> None:
+        self.events.append(event)
+
+    def replace(self, kind: str, objects: list[Mapping[str, Any]]) -> None:
+        self.events.extend(ObjectEvent(kind, EventType.MODIFIED, obj) for obj in objects)
+
+
+def nested_too_deep(event_type: str, resource_version: str) -> bytes:
+    """A watch line Python's JSON reader cannot follow (RecursionError), shaped as the API server
+    writes one: type, then the object with its metadata first."""
+    depth = 100_000
+    return (
+        b'{"type":"' + event_type.encode() + b'","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"deep",'
+        b'"namespace":"ns","uid":"uid-deep","resourceVersion":"' + resource_version.encode() + b'",'
+        b'"labels":{"a":"b"}},"spec":' + b"[" * depth + b"]" * depth + b"}}"
+    )
+
+
+async def test_an_unreadable_watch_line_is_skipped_and_an_unreadable_deletion_still_deletes() -> None:
+    sink = ListSink()
+
+    async def never_called(**_: Any) -> Any:
+        raise AssertionError("no request in this test")
+
+    informer = Informer("Pod", "v1", never_called, sink, timing=FAST)
+    informer._handle_line(nested_too_deep("ADDED", "41"))
+    assert sink.events == [] and informer.resource_version == "41" and informer.poison_events == 1
+    informer._handle_line(nested_too_deep("DELETED", "42"))
+    (deleted,) = sink.events
+    assert deleted.type is EventType.DELETED
+    assert deleted.obj["metadata"] == {"name": "deep", "namespace": "ns", "uid": "uid-deep", "resourceVersion": "42"}
+    assert informer.resource_version == "42" and informer.poison_events == 2
+    # A line with no version to move past is a transport fault: the stream is given up and resumed.
+    with pytest.raises(ValueError, match="unreadable line"):
+        informer._handle_line(b'{"type":"ADDED","object":{"metadata":{"name":"x"},"spec":' + b"[" * 100_000)
+    assert informer.resource_version == "42"

@@ -112,8 +112,22 @@ _LONGEST_INT_TEXT = 4000
 # Where a line we cannot parse still says what it was: the API server writes the event type first
 # and the object's metadata (with its resourceVersion) before anything nested.
 _EVENT_TYPE = re.compile(rb'"type"\s*:\s*"(ADDED|MODIFIED|DELETED|BOOKMARK)"')
-_RESOURCE_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([^"\\]{1,64})"')
-_NAME = re.compile(rb'"name"\s*:\s*"([^"\\]{1,253})"')
+# The scalar fields at the head of metadata (Go's ObjectMeta writes name, namespace, uid and
+# resourceVersion before any nested labels or annotations): up to the first brace after it opens.
+_METADATA_HEAD = re.compile(rb'"metadata"\s*:\s*\{([^{}]{0,4096})')
+_IDENTITY_FIELD = re.compile(rb'"(name|namespace|uid|resourceVersion)"\s*:\s*"([^"\\]{1,253})"')
+
+
+def metadata_head(line: bytes) -> dict[str, str]:
+    """name, namespace, uid and resourceVersion of the first object's metadata in a raw JSON line,
+    found without parsing it (for a line the parser refuses)."""
+    head = _METADATA_HEAD.search(line)
+    if head is None:
+        return {}
+    found: dict[str, str] = {}
+    for match in _IDENTITY_FIELD.finditer(head[1]):
+        found.setdefault(match[1].decode(), match[2].decode("utf-8", "replace"))
+    return found
 
 
 def _describe(obj: Mapping[str, Any]) -> str:
@@ -328,21 +342,25 @@ class Informer:
 
     def _skip_unreadable(self, line: bytes, error: BaseException) -> None:
         """A line that does not parse: move past it if it says which version it was, else give up
-        on this stream (a truncated line is a transport fault; reconnecting reads it again whole)."""
+        on this stream (a truncated line is a transport fault; reconnecting reads it again whole).
+        A deletion we cannot read is still a deletion: the sink gets it with the object's identity."""
         event_type = _EVENT_TYPE.search(line)
-        version = _RESOURCE_VERSION.search(line)
-        if event_type is None or version is None:
+        identity = metadata_head(line)
+        version = identity.get("resourceVersion")
+        if event_type is None or not version:
             raise ValueError(f"{self.kind} watch sent an unreadable line: {error!r:.200}") from None
-        name = _NAME.search(line)
         self.poison_events += 1
         self._log.error(
             "unreadable event skipped",
             event_type=event_type[1].decode(),
-            object=name[1].decode("utf-8", "replace") if name else "<unknown>",
-            resource_version=version[1].decode("utf-8", "replace"),
+            object="/".join(identity[key] for key in ("namespace", "name") if identity.get(key)) or "<unknown>",
+            resource_version=version,
             error=f"{type(error).__name__}: {error!s:.200}",
         )
-        self.resource_version = version[1].decode("utf-8", "replace")
+        if event_type[1] == b"DELETED" and identity.get("name"):
+            obj = {"apiVersion": self.api_version, "kind": self.kind, "metadata": identity}
+            self._deliver(ObjectEvent(self.kind, EventType.DELETED, obj), version)
+        self.resource_version = version
 
     def _handle_line(self, line: bytes) -> None:
         try:
