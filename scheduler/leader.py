@@ -6,6 +6,10 @@ clock (clocks of different machines are never compared). The leader renews every
 it cannot renew within the renew deadline it stops leading at once, which is before anyone else
 may take the Lease (renew deadline < lease duration). Writes use the Lease's resourceVersion, so
 two candidates can never both win the same round.
+
+As in client-go, an attempt (a read, then a write) is bounded by what is left of the renew
+deadline, and each request by its own timeout within that: a slow API server (seconds per
+request) delays a renewal but does not lose the Lease while the deadline allows the round trip.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class LeaseTiming:
 
 
 DEFAULT_LEASE_TIMING = LeaseTiming()
+# Giving the Lease up on shutdown is worth a short wait only: unreleased, it expires anyway.
+DEFAULT_RELEASE_TIMEOUT_S = 3.0
 
 
 def default_identity() -> str:
@@ -75,6 +81,7 @@ class LeaderElector:
         identity: str | None = None,
         timing: LeaseTiming = DEFAULT_LEASE_TIMING,
         request_timeout: float | None = None,
+        release_timeout: float = DEFAULT_RELEASE_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # Any: in raw mode the client returns the HTTP response, not the model its stubs promise.
@@ -83,10 +90,20 @@ class LeaderElector:
         self.name = name
         self.identity = identity or default_identity()
         self.timing = timing
-        self._request_timeout = request_timeout if request_timeout is not None else timing.retry_period
+        # Each request's own bound; an attempt's requests also share what is left of the renew
+        # deadline. Capped by the renew deadline: a request can never outlast a renewal.
+        self._request_timeout = min(
+            request_timeout if request_timeout is not None else timing.renew_deadline, timing.renew_deadline
+        )
+        self._release_timeout = release_timeout
         self._clock = clock
         self._observed: _Observed | None = None
         self.is_leader = False
+        # Clock reading at the start of the last attempt that wrote our renewTime: the Lease is
+        # ours until renew deadline after it, whatever the write's latency was.
+        self._renewed_at = 0.0
+        # clock value past which the running attempt's requests may not go.
+        self._attempt_deadline = math.inf
         self._log = log.bind(lease=f"{namespace}/{name}", identity=self.identity)
 
     async def run(self, lead: Callable[[], Awaitable[None]]) -> None:
@@ -111,6 +128,8 @@ class LeaderElector:
                 nonlocal lost
                 await self._renew_until_lost()
                 lost = True
+                # Not leading from this instant; lead() is cancelled with the group.
+                self.is_leader = False
                 group.cancel_scope.cancel()
 
             group.start_soon(keep_renewing)
@@ -133,22 +152,19 @@ class LeaderElector:
             await anyio.sleep(self.timing.retry_period * (1 + 0.2 * (os.urandom(1)[0] / 255)))
 
     async def _renew_until_lost(self) -> None:
-        last_renewed = self._clock()
         while True:
             await anyio.sleep(self.timing.retry_period)
-            remaining = self.timing.renew_deadline - (self._clock() - last_renewed)
+            deadline = self._renewed_at + self.timing.renew_deadline
             renewed = False
-            if remaining > 0:
-                with anyio.move_on_after(remaining):
-                    renewed = await self._try_acquire_or_renew()
+            if self._clock() < deadline:
+                renewed = await self._try_acquire_or_renew(deadline)
             if renewed:
-                last_renewed = self._clock()
                 continue
             observed_holder = self._observed.holder if self._observed is not None else ""
             if observed_holder and observed_holder != self.identity:
                 self._log.warning("lease taken by another instance", holder=observed_holder)
                 return
-            if self._clock() - last_renewed >= self.timing.renew_deadline:
+            if self._clock() >= deadline:
                 self._log.warning("could not renew the lease within the deadline", deadline=self.timing.renew_deadline)
                 return
 
@@ -165,16 +181,24 @@ class LeaderElector:
             "leaseTransitions": self._observed.transitions,
         }
         try:
-            with anyio.fail_after(self._request_timeout):
+            self._attempt_deadline = self._clock() + self._release_timeout
+            with anyio.fail_after(self._release_timeout):
                 await self._write(spec, self._observed.resource_version)
             self._log.info("released the lease")
         except (TimeoutError, ApiStatusError, aiohttp.ClientError, OSError) as error:
             self._log.warning("could not release the lease; it will expire", error=repr(error))
 
-    async def _try_acquire_or_renew(self) -> bool:
+    async def _try_acquire_or_renew(self, deadline: float | None = None) -> bool:
+        """One read-then-write round, within `deadline` (a clock value; by default a renew
+        deadline from now). True when we hold the Lease afterwards."""
+        started = self._clock()
+        self._attempt_deadline = deadline if deadline is not None else started + self.timing.renew_deadline
         try:
-            with anyio.fail_after(self._request_timeout):
-                return await self._attempt()
+            with anyio.fail_after(max(0.0, self._attempt_deadline - started)):
+                if await self._attempt():
+                    self._renewed_at = started
+                    return True
+                return False
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             self._log.warning("lease request failed", error=repr(error))
         except ApiStatusError as error:
@@ -238,10 +262,19 @@ class LeaderElector:
         )
         return self._observed
 
+    def _timeout(self) -> float:
+        """This request's timeout: its own bound, within what the attempt has left."""
+        left = self._attempt_deadline - self._clock()
+        if left <= 0:
+            raise TimeoutError("no time left in this lease attempt")
+        return min(self._request_timeout, left)
+
     async def _read(self) -> dict[str, Any] | None:
-        response = await self._api.read_namespaced_lease(
-            self.name, self.namespace, _preload_content=False, _request_timeout=self._request_timeout
-        )
+        timeout = self._timeout()
+        with anyio.fail_after(timeout):
+            response = await self._api.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False, _request_timeout=timeout
+            )
         if response.status == 404:
             response.release()
             return None
@@ -254,10 +287,12 @@ class LeaderElector:
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": spec,
         }
-        response = await self._api.create_namespaced_lease(
-            self.namespace, body, _preload_content=False, _request_timeout=self._request_timeout
-        )
-        return await _json_or_raise(response)
+        timeout = self._timeout()
+        with anyio.fail_after(timeout):
+            response = await self._api.create_namespaced_lease(
+                self.namespace, body, _preload_content=False, _request_timeout=timeout
+            )
+            return await _json_or_raise(response)
 
     async def _write(self, spec: dict[str, Any], resource_version: str) -> dict[str, Any]:
         body = {
@@ -266,10 +301,12 @@ class LeaderElector:
             "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": resource_version},
             "spec": spec,
         }
-        response = await self._api.replace_namespaced_lease(
-            self.name, self.namespace, body, _preload_content=False, _request_timeout=self._request_timeout
-        )
-        return await _json_or_raise(response)
+        timeout = self._timeout()
+        with anyio.fail_after(timeout):
+            response = await self._api.replace_namespaced_lease(
+                self.name, self.namespace, body, _preload_content=False, _request_timeout=timeout
+            )
+            return await _json_or_raise(response)
 
 
 async def _json_or_raise(response: Any) -> dict[str, Any]:

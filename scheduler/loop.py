@@ -74,7 +74,7 @@ class Unschedulable:
 @attrs.frozen(slots=True)
 class SessionResult:
     bind_requests: tuple[BindRequest, ...] = ()
-    # Every task pending at the start that is not being bound, with why.
+    # Every task pending at the start that is not being bound, with why; but those held back.
     unschedulable: tuple[Unschedulable, ...] = ()
     job_updates: tuple[JobUpdate, ...] = ()
     evictions: tuple[Eviction, ...] = ()
@@ -82,7 +82,8 @@ class SessionResult:
     plugin_faults: tuple[PluginFault, ...] = ()
     # Task uid -> the plugin fault the task failed with (its own, or its job's).
     failed_by_plugin: Mapping[str, PluginFault] = attrs.field(factory=dict)
-    # Uids of the tasks the session held back (backing off) and did not try.
+    # Uids of the tasks the session held back (backing off) and did not try. They were reported
+    # when they failed; reporting them again each cycle would only repeat that.
     held_back: frozenset[str] = frozenset()
     # A stop was asked for during the session: it decided only part of the cluster.
     stopped: bool = False
@@ -129,7 +130,7 @@ def run_session(
     failed_by_plugin: dict[str, PluginFault] = {}
     unschedulable: list[Unschedulable] = []
     for task in sorted(pending_at_start, key=lambda task: task.key):
-        if task.uid in binding:
+        if task.uid in binding or task.uid in ssn.held_back:
             continue
         fault = ssn.fault_of(task)
         if fault is not None:
@@ -194,7 +195,8 @@ class PodBackoff:
     def held_back(self, now: float) -> dict[str, str]:
         """Uid -> why, for the pods still backing off at `now`."""
         return {
-            uid: f"backing off {entry.until - now:.1f}s more after {entry.failures} plugin error(s); {entry.message}"
+            uid: f"backing off {self.policy.delay(entry.failures):g}s after {entry.failures} plugin error(s); "
+            f"{entry.message}"
             for uid, entry in self._entries.items()
             if entry.until > now
         }

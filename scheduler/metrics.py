@@ -58,6 +58,18 @@ class SchedulerMetrics:
             "Configuration updates refused (the last good one stayed in force).",
             registry=self.registry,
         )
+        self.plugin_errors = Counter(
+            "numasched_plugin_errors_total",
+            "Exceptions raised by plugins (or hint providers they call), by plugin and extension point; "
+            "each fails only the pod it was about.",
+            ["plugin", "extension_point"],
+            registry=self.registry,
+        )
+        self.backoff_pods = Gauge(
+            "numasched_backoff_pods",
+            "Pods held back after their plugins raised, until their backoff ends.",
+            registry=self.registry,
+        )
         self.leader = Gauge("numasched_leader", "1 while this instance holds the leader lease.", registry=self.registry)
 
     def observe_placement(self, allocation: PodAllocation | None) -> None:

@@ -1,9 +1,10 @@
 """`numasched run`: the scheduler against a real Kubernetes API server.
 
 Informers feed the cache; the leader (a Lease) runs the scheduling loop, which binds through the
-API; /healthz, /readyz and /metrics answer on the metrics address. SIGTERM finishes the cycle in
-progress (its binds included), releases the Lease and exits; losing the Lease stops scheduling at
-once and exits non-zero so the Deployment restarts the instance with a clean state.
+API; /healthz, /readyz and /metrics answer on the metrics address. SIGTERM stops deciding at once,
+lets the binds already sent finish within the shutdown grace, releases the Lease and exits.
+Losing the Lease stops scheduling at once; the instance then stands for election again (its
+informers, and so its cache, stay warm), rather than exiting.
 """
 
 from __future__ import annotations
@@ -32,16 +33,33 @@ from numasched.conf.loader import ConfigError
 from numasched.conf.watch import ConfigSource, watch_config_file
 from numasched.logconfig import configure_logging
 from numasched.scheduler.health import HealthServer
-from numasched.scheduler.leader import DEFAULT_LEASE_TIMING, LeaderElector, LeaseTiming, LostLease, default_identity
-from numasched.scheduler.loop import DEFAULT_BIND_CONCURRENCY, CycleResult, run_loop
+from numasched.scheduler.leader import (
+    DEFAULT_LEASE_TIMING,
+    DEFAULT_RELEASE_TIMEOUT_S,
+    LeaderElector,
+    LeaseTiming,
+    LostLease,
+    default_identity,
+)
+from numasched.scheduler.loop import (
+    DEFAULT_BACKOFF,
+    DEFAULT_BIND_CONCURRENCY,
+    DEFAULT_SHUTDOWN_GRACE_S,
+    BackoffPolicy,
+    CycleResult,
+    PodBackoff,
+    run_loop,
+)
 from numasched.scheduler.metrics import SchedulerMetrics
 from numasched.scheduler.registry import Registry, default_registry
 
 log = structlog.get_logger("numasched.runner")
 
 EXIT_OK = 0
-EXIT_LOST_LEASE = 2
+# The shutdown grace ran out and the process was ended with work in flight.
+EXIT_FORCED = 1
 EXIT_BAD_CONFIG = 3
+
 # Namespace of the pod, from the downward API or the service account mount.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -105,7 +123,22 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="min time between identical unschedulable reports for a pod",
     )
     parser.add_argument(
-        "--shutdown-grace", type=parse_duration, default=30.0, help="time to finish in-flight binds on SIGTERM"
+        "--shutdown-grace",
+        type=parse_duration,
+        default=DEFAULT_SHUTDOWN_GRACE_S,
+        help="time the binds in flight get to finish on SIGTERM (default 5s)",
+    )
+    parser.add_argument(
+        "--pod-initial-backoff",
+        type=parse_duration,
+        default=DEFAULT_BACKOFF.initial_s,
+        help="first backoff of a pod whose plugins raised; doubles per failure (default 1s)",
+    )
+    parser.add_argument(
+        "--pod-max-backoff",
+        type=parse_duration,
+        default=DEFAULT_BACKOFF.max_s,
+        help="longest backoff of a pod whose plugins raised (default 10s)",
     )
 
 
@@ -124,8 +157,9 @@ class RunOptions:
     bind_concurrency: int = DEFAULT_BIND_CONCURRENCY
     request_timeout: float = 10.0
     event_repeat_interval: float = DEFAULT_REPEAT_INTERVAL_S
-    shutdown_grace: float = 30.0
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE_S
     informer_timing: InformerTiming = DEFAULT_INFORMER_TIMING
+    pod_backoff: BackoffPolicy = DEFAULT_BACKOFF
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunOptions:
@@ -145,6 +179,7 @@ class RunOptions:
             event_repeat_interval=args.event_repeat_interval,
             shutdown_grace=args.shutdown_grace,
             informer_timing=InformerTiming(request_timeout=args.request_timeout),
+            pod_backoff=BackoffPolicy(args.pod_initial_backoff, args.pod_max_backoff),
         )
 
 
@@ -206,7 +241,9 @@ class SchedulerRunner:
                 name=options.lease_name,
                 identity=options.identity or None,
                 timing=options.lease_timing,
-                request_timeout=min(options.request_timeout, options.lease_timing.retry_period),
+                # Each Lease request has its own timeout, within the renew deadline (the elector
+                # bounds a whole attempt by what is left of it).
+                request_timeout=options.request_timeout,
             )
             if options.leader_elect
             else None
@@ -217,6 +254,9 @@ class SchedulerRunner:
         self._acquiring: anyio.CancelScope | None = None
         self.cycles = 0
         self._last_cycle_end = time.monotonic()
+        # Kept across terms of leadership: a pod that made a plugin raise stays backed off.
+        self.pod_backoff = PodBackoff(options.pod_backoff)
+        self.terms = 0
 
     def _initial_config_source(self) -> ConfigSource:
         known_plugins = self.registry.known_plugin_names()
@@ -272,6 +312,8 @@ class SchedulerRunner:
         self.cycles += 1
         self._last_cycle_end = time.monotonic()
         metrics = self.metrics
+        for fault in result.session.plugin_faults:
+            metrics.plugin_errors.labels(plugin=fault.plugin, extension_point=fault.extension_point).inc()
         metrics.cycle_duration.observe(result.seconds)
         requests = {request.task.uid: request for request in result.session.bind_requests}
         now = time.time()
@@ -289,16 +331,21 @@ class SchedulerRunner:
                 metrics.schedule_attempts.labels(result="error").inc()
                 metrics.attempt_duration.labels(result="error").observe(result.seconds)
                 metrics.bind_errors.labels(status=outcome.status.value).inc()
-        unschedulable = len(result.session.unschedulable)
+        failed = len(result.session.failed_by_plugin)
+        if failed:
+            metrics.schedule_attempts.labels(result="error").inc(failed)
+        unschedulable = len(result.session.unschedulable) - failed
         if unschedulable:
             metrics.schedule_attempts.labels(result="unschedulable").inc(unschedulable)
             metrics.attempt_duration.labels(result="unschedulable").observe(result.seconds)
-        metrics.pending_pods.set(unschedulable)
+        metrics.pending_pods.set(len(result.session.unschedulable) + len(result.session.held_back))
+        metrics.backoff_pods.set(len(self.pod_backoff))
 
     # -- running --------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Graceful stop: finish the cycle in progress, release the Lease, return."""
+        """Graceful stop: decide nothing more, let the binds in flight finish within the grace,
+        release the Lease, return."""
         if not self.stop_requested.is_set():
             log.info("stopping")
         self.stop_requested.set()
@@ -306,7 +353,7 @@ class SchedulerRunner:
             self._acquiring.cancel()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> int:
-        """Run until stop() (exit 0) or the Lease is lost (EXIT_LOST_LEASE)."""
+        """Run until stop() (exit 0). A lost Lease stops scheduling and the election goes on."""
         async with anyio.create_task_group() as background:
             if self.options.metrics_addr:
                 await background.start(self.health.serve, self.options.metrics_addr)
@@ -340,21 +387,27 @@ class SchedulerRunner:
         if self.elector is None:
             await self._schedule()
             return EXIT_OK
-        with anyio.CancelScope() as scope:
-            self._acquiring = scope
-            await self.elector.acquire()
-        self._acquiring = None
-        if self.stop_requested.is_set():
-            if self.elector.is_leader:
-                await self.elector.release()
-            return EXIT_OK
-        try:
-            await self.elector.hold(self._schedule)
-        except LostLease as lost:
-            log.error("leadership lost; scheduling stopped", error=str(lost))
-            return EXIT_LOST_LEASE
-        finally:
-            self.metrics.leader.set(0)
+        elector = self.elector
+        while not self.stop_requested.is_set():
+            with anyio.CancelScope() as scope:
+                self._acquiring = scope
+                await elector.acquire()
+            self._acquiring = None
+            if self.stop_requested.is_set():
+                break
+            self.terms += 1
+            try:
+                await elector.hold(self._schedule)
+            except LostLease as lost:
+                # Scheduling stopped with the Lease (the loop was cancelled, binds not yet sent
+                # are not sent). The informers keep the cache current, so this instance can lead
+                # again as it is; it stands for election like any standby.
+                log.error("leadership lost; scheduling stopped, standing for election again", error=str(lost))
+            finally:
+                self.metrics.leader.set(0)
+        if elector.is_leader:
+            with anyio.CancelScope(shield=True):
+                await elector.release()
         return EXIT_OK
 
     async def _schedule(self) -> None:
@@ -370,6 +423,8 @@ class SchedulerRunner:
             stop=self.stop_requested,
             bind_concurrency=self.options.bind_concurrency,
             on_cycle=self._on_cycle,
+            backoff=self.pod_backoff,
+            shutdown_grace_s=self.options.shutdown_grace,
         )
 
 
@@ -398,7 +453,8 @@ async def run_scheduler(args: argparse.Namespace) -> int:
                     async for received in signals:
                         log.info("signal received; finishing in-flight work", signal=signal.Signals(received).name)
                         runner.stop()
-                        group.start_soon(_force_exit_after, options.shutdown_grace)
+                        # The binds' grace, the Lease release, and a second to exit.
+                        group.start_soon(_force_exit_after, options.shutdown_grace + DEFAULT_RELEASE_TIMEOUT_S + 1.0)
 
             group.start_soon(stop_on_signal)
             code = await runner.run()
@@ -409,7 +465,7 @@ async def run_scheduler(args: argparse.Namespace) -> int:
 async def _force_exit_after(grace: float) -> None:
     await anyio.sleep(grace)
     log.error("shutdown grace period over; exiting with work in flight", grace=grace)
-    os._exit(1)
+    os._exit(EXIT_FORCED)
 
 
 def main(argv: list[str] | None = None) -> int:
