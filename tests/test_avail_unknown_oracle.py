@@ -5,7 +5,8 @@ enumerates every way those holdings could lie over the ids that look free and as
 nodes the plugin chose, whether the pod's request fits in every one of them; and, conversely,
 whether some admissible NUMA set would have fitted in every one of them when the plugin refused.
 It knows nothing of the providers: only ids, their NUMA nodes, and the kubelet's policy rules
-(single-numa-node: one NUMA node; restricted: a set as narrow as the node's ids allow).
+(single-numa-node: one NUMA node; restricted: a set as narrow as the node's ids allow; none: enough
+ids anywhere).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def random_case(rng: random.Random) -> Case:
         held,
         unknown=rng.randint(1, max(1, free // 2)),
         request=rng.randint(1, 3),
-        policy=rng.choice([TopologyPolicy.SINGLE_NUMA_NODE, TopologyPolicy.RESTRICTED]),
+        policy=rng.choice([TopologyPolicy.SINGLE_NUMA_NODE, TopologyPolicy.RESTRICTED, TopologyPolicy.NONE]),
     )
 
 
@@ -89,6 +90,9 @@ def fits_every_way(case: Case, numa_nodes: frozenset[int]) -> bool:
 def admissible_sets(case: Case) -> list[frozenset[int]]:
     """The NUMA sets the kubelet's policy accepts for the request (ignoring what is free)."""
     numas = range(len(case.per_numa))
+    if case.policy is TopologyPolicy.NONE:
+        # No alignment: the kubelet only needs enough ids anywhere.
+        return [frozenset(numas)]
     if case.policy is TopologyPolicy.SINGLE_NUMA_NODE:
         return [frozenset({numa}) for numa in numas]
     # restricted: only preferred hints, as narrow as the narrowest set whose ids could hold it.
@@ -173,18 +177,24 @@ def check(case: Case, node: NodeInfo, task: TaskInfo, resource: str) -> None:
         # Refused: the oracle must agree that no admissible NUMA set is safe, and the reason says why.
         reason = getattr(outcome, "reason", "")
         assert not admissible, f"{case}: refused although {sorted(map(sorted, admissible))} fit every way: {reason}"
-        assert f"{case.unknown} {resource} held by pods whose ids are unknown (default/stranger)" in reason, reason
+        assert f"{case.unknown} are held by pods whose ids are unknown (default/stranger)" in reason or (
+            f"{case.unknown} {resource} held by pods whose ids are unknown (default/stranger)" in reason
+        ), reason
         return
     numas = chosen_numa(outcome)
-    assert numas in admissible_sets(case), f"{case}: NUMA {sorted(numas)} is not one the policy admits"
-    assert fits_every_way(case, numas), f"{case}: NUMA {sorted(numas)} may be short under some placement"
+    if case.policy is TopologyPolicy.NONE:
+        assert admissible, f"{case}: admitted although the node may have too few ids"
+    else:
+        assert numas in admissible_sets(case), f"{case}: NUMA {sorted(numas)} is not one the policy admits"
+        assert fits_every_way(case, numas), f"{case}: NUMA {sorted(numas)} may be short under some placement"
     # The allocation names the NUMA nodes but no ids of the resource, and the pod then counts as a
     # holder of unknown ids, so the next pod cannot be promised its ids either.
     node.add_task(task)
     plugin.on_allocate(Event(task, node))
     allocation = task.allocation
     assert allocation is not None
-    assert frozenset(allocation.numa().ids()) == numas
+    if case.policy is not TopologyPolicy.NONE:
+        assert frozenset(allocation.numa().ids()) == numas
     assert not allocation.cpus() and not allocation.devices(GPU)
     assert node.unknown_holdings()[resource][0] == case.unknown + case.request
     annotations = binding_annotations(task, node)

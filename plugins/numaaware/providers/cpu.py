@@ -409,6 +409,14 @@ class CpuHintProvider:
             if count == 0:
                 continue
             pool = available | reusable
+            unknown = free.unknown_count("cpu")
+            if unknown > 0 and len(reusable) + max(0, len(available - reusable) - unknown) < count:
+                # Whatever the hint (none under the none policy): the kubelet may find too few.
+                raise ProviderError(
+                    f"cpu: {count} exclusive CPUs requested for {request.describe()} of pod {request.pod}, "
+                    f"{len(pool)} look free on node {topology.node_name} but {unknown} are held by pods whose "
+                    f"ids are unknown ({', '.join(free.unknown_pods.get('cpu', ()))})"
+                )
             try:
                 layout = self.indexes.get(topology).layout
                 cpus = allocate_cpus(topology, pool, count, best_hint.affinity, options, layout=layout)

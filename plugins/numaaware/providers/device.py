@@ -220,6 +220,21 @@ def allocate_devices(
     return chosen
 
 
+def _check_unknown(resource: str, request: int, free: FreeResources, topology: NumaTopology) -> None:
+    """Whatever the hint (none at all under the none policy), the node must have `request` devices
+    free however the holdings of pods with unknown ids lie; else the kubelet may find too few."""
+    unknown = free.unknown_count(resource)
+    if unknown <= 0:
+        return
+    group = topology.devices.get(resource)
+    free_ids = [device for device in dict.fromkeys(free.free_devices(resource)) if group and device in group.by_id]
+    if len(free_ids) - unknown < request:
+        raise ProviderError(
+            f"{resource}: {request} requested, {len(free_ids)} look free on node {topology.node_name} but "
+            f"{unknown} are held by pods whose ids are unknown ({', '.join(free.unknown_pods.get(resource, ()))})"
+        )
+
+
 @attrs.frozen(slots=True)
 class DeviceProvider:
     """Hints and device choice for the configured device resources (see the module doc)."""
@@ -278,12 +293,14 @@ class DeviceProvider:
         chosen_accelerators: dict[str, tuple[str, ...]] = {}
         for resource in accelerators:
             prefer = nic_preference(topology, resource, nics, free_nics) if nics else None
+            _check_unknown(resource, wanted[resource], free, topology)
             chosen = allocate_devices(
                 resource, wanted[resource], best_hint.affinity, topology, free.free_devices(resource), prefer=prefer
             )
             chosen_accelerators[resource] = chosen
             result[resource] = chosen
         for resource in nics:
+            _check_unknown(resource, wanted[resource], free, topology)
             result[resource] = self._allocate_nics(
                 request, resource, wanted[resource], best_hint, topology, free_nics[resource], chosen_accelerators
             )
