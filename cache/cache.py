@@ -31,7 +31,12 @@ from numasched.cache.convert_pod import (
     priority_class_value,
     queue_to_queue_info,
 )
-from numasched.cache.convert_topology import nrt_to_topology, numatopology_to_topology, pod_allocation_report
+from numasched.cache.convert_topology import (
+    nrt_pod_allocation_report,
+    nrt_to_topology,
+    numatopology_to_topology,
+    pod_allocation_report,
+)
 from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent, object_key, object_name
 from numasched.cache.pod_fingerprint import pods_fingerprint
 
@@ -261,15 +266,16 @@ class Cache:
     def _topology_record(self, kind: str, key: str, obj: Mapping[str, Any]) -> _TopologyRecord:
         """A topology that does not convert leaves its node without usable topology (the
         numa-aware plugin's unknown-topology argument decides what may still go there)."""
+
+        def warn(message: str) -> None:
+            self._problem(kind, key, message)
+
         try:
             if kind == "Numatopology":
-
-                def warn(message: str) -> None:
-                    self._problem(kind, key, message)
-
                 topology = numatopology_to_topology(obj, warn)
                 return _TopologyRecord(kind, topology, "", pod_allocation_report(obj, topology, warn))
-            return _TopologyRecord(kind, nrt_to_topology(obj), "")
+            topology = nrt_to_topology(obj, warn)
+            return _TopologyRecord(kind, topology, "", nrt_pod_allocation_report(obj, topology, warn))
         except ConversionError as error:
             self._problem(kind, key, error.message)
             return _TopologyRecord(kind, None, f"{kind} {key}: {error.message}")
