@@ -149,6 +149,10 @@ def test_a_device_count_other_than_the_node_capacity_is_rejected() -> None:
         "its NUMA topology is not used"
     )
     assert cache.snapshot().nodes["node-a"].topology is None
+    # A Node that does not list the resource (its device plugin not registered yet) says nothing.
+    apply(cache, node_yaml("node-a").replace(', nvidia.com/gpu: "8"', ""))
+    assert ("Numatopology", "node-a") not in cache.problems
+    assert cache.snapshot().nodes["node-a"].topology is not None
 
 
 def test_a_cluster_scoped_topology_with_a_namespace_is_read_with_a_warning() -> None:
