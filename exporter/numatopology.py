@@ -64,7 +64,8 @@ def _free_devices(report: NodeReport, resource: str) -> list[str]:
 def use_known(report: NodeReport, resource: str) -> bool:
     """Whether the exporter sees what is held of `resource`, so it may say what is free.
 
-    PodResources reports CPUs, devices and pinned memory; the CPU manager checkpoint only CPUs.
+    PodResources reports CPUs, devices and pinned memory; the CPU manager checkpoint CPUs, the
+    device manager checkpoint devices.
     Without a static CPU manager (or the memory manager's Static policy) nothing of that kind can
     be held exclusively, so all of it is free whatever the sources say.
     """
@@ -75,7 +76,7 @@ def use_known(report: NodeReport, resource: str) -> bool:
         )
     if resource == "memory" or resource.startswith("hugepages-"):
         return report.usage.source == "podresources" or policies.memory_manager_policy == "None"
-    return report.usage.source == "podresources"
+    return report.usage.source == "podresources" or report.usage.devices_known
 
 
 def _numares(report: NodeReport) -> dict[str, dict[str, Any]]:

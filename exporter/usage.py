@@ -1,7 +1,8 @@
 """What is in use on the node: exclusive CPUs, devices and pinned memory per pod and container.
 
 Two sources, best first: the kubelet PodResources API (exporter/podresources/client.py) and, when
-its socket is absent, the CPU manager checkpoint file, which knows only CPUs and pod UIDs.
+its socket is absent, the kubelet's checkpoint files, which know pod UIDs but not names: the CPU
+manager's (exclusive CPUs) and the device manager's (device ids per container), when readable.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class NodeUsage:
     allocatable_cpus: IdSet | None = None
     allocatable_devices: dict[str, tuple[str, ...]] | None = None
     allocatable_memory: dict[str, dict[int, int]] | None = None
+    # Whether the device holdings are known (PodResources, or the device manager checkpoint).
+    devices_known: bool = False
 
     def used_cpus(self) -> IdSet:
         result = IdSet()
@@ -113,6 +116,89 @@ def read_cpu_manager_state(path: Path) -> NodeUsage:
         log.warning("CPU manager checkpoint is not JSON; no usage known", path=str(path), error=str(error))
         return NodeUsage(source="checkpoint")
     return parse_cpu_manager_state(document, str(path))
+
+
+# The device manager's checkpoint (pkg/kubelet/cm/devicemanager/checkpoint): Data.PodDeviceEntries
+# [{PodUID, ContainerName, ResourceName, DeviceIDs, AllocResp}], DeviceIDs keyed by NUMA node
+# ({"0": [ids], "-1": [ids]}) since Kubernetes 1.20, a plain list before.
+DeviceHoldings = dict[str, dict[str, dict[str, tuple[str, ...]]]]  # pod uid -> container -> resource -> ids
+
+
+def _entry_device_ids(raw: Any) -> list[str] | None:
+    if isinstance(raw, list):
+        return [str(device_id) for device_id in raw]
+    if isinstance(raw, Mapping):
+        ids: list[str] = []
+        for per_numa in raw.values():
+            if not isinstance(per_numa, list):
+                return None
+            ids.extend(str(device_id) for device_id in per_numa)
+        return ids
+    return None
+
+
+def parse_device_checkpoint(document: Any, source: str = "<inline>") -> DeviceHoldings | None:
+    """Device ids per pod UID and container; None when the file cannot say (holdings unknown)."""
+    data = document.get("Data") if isinstance(document, Mapping) else None
+    entries = data.get("PodDeviceEntries") if isinstance(data, Mapping) else None
+    if entries is None and isinstance(data, Mapping):
+        entries = []  # no pod holds a device
+    if not isinstance(entries, list):
+        log.warning("device manager checkpoint has no Data.PodDeviceEntries list; device use unknown", path=source)
+        return None
+    holdings: DeviceHoldings = {}
+    for index, entry in enumerate(entries):
+        fields = entry if isinstance(entry, Mapping) else {}
+        pod_uid, container, resource = (fields.get(key) for key in ("PodUID", "ContainerName", "ResourceName"))
+        ids = _entry_device_ids(fields.get("DeviceIDs"))
+        if not all(isinstance(value, str) and value for value in (pod_uid, container, resource)) or ids is None:
+            # One unreadable entry hides which devices it holds: the whole file cannot be trusted.
+            log.warning("device manager checkpoint entry unreadable; device use unknown", path=source, entry=index)
+            return None
+        per_resource = holdings.setdefault(str(pod_uid), {}).setdefault(str(container), {})
+        per_resource[str(resource)] = tuple(dict.fromkeys([*per_resource.get(str(resource), ()), *ids]))
+    return holdings
+
+
+def read_device_checkpoint(path: Path) -> DeviceHoldings | None:
+    try:
+        document = json.loads(path.read_text())
+    except OSError as error:
+        log.warning(
+            "device manager checkpoint unreadable; device use unknown",
+            path=str(path),
+            error=error.strerror or str(error),
+        )
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        log.warning("device manager checkpoint is not JSON; device use unknown", path=str(path), error=str(error))
+        return None
+    return parse_device_checkpoint(document, str(path))
+
+
+def with_device_holdings(usage: NodeUsage, holdings: DeviceHoldings | None) -> NodeUsage:
+    """The checkpoint usage with each container's devices added (pods holding only devices too)."""
+    if holdings is None:
+        return usage
+    pods = {pod.uid: pod for pod in usage.pods}
+    for pod_uid, containers in sorted(holdings.items()):
+        pod = pods.get(pod_uid, PodUsage(uid=pod_uid))
+        by_name = {container.name: container for container in pod.containers}
+        for name, devices in sorted(containers.items()):
+            container = by_name.get(name, ContainerAllocation(name))
+            by_name[name] = attrs.evolve(container, devices={**container.devices, **devices})
+        pods[pod_uid] = attrs.evolve(pod, containers=tuple(by_name.values()))
+    return attrs.evolve(usage, pods=tuple(pods[uid] for uid in sorted(pods)), devices_known=True)
+
+
+def read_checkpoints(cpu_manager_state: Path, device_checkpoint: Path | None) -> NodeUsage:
+    """Use from the kubelet's checkpoint files, when the PodResources API is unavailable."""
+    # source stays "none" when the CPU manager's file is unreadable: CPU use is then unknown even if
+    # the device manager's file says which devices are held.
+    usage = read_cpu_manager_state(cpu_manager_state)
+    if device_checkpoint is None:
+        return usage
+    return with_device_holdings(usage, read_device_checkpoint(device_checkpoint))
 
 
 def with_pod_names(usage: NodeUsage, pods: Mapping[str, tuple[str, str]]) -> NodeUsage:

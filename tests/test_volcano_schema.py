@@ -35,18 +35,25 @@ from numasched.exporter.numatopology import (
 )
 from numasched.exporter.podresources.client import usage_from_responses
 from numasched.exporter.report import NodeReport, build_report, parse_device_id_formats
-from numasched.exporter.usage import NodeUsage, parse_cpu_manager_state, with_pod_names
+from numasched.exporter.usage import (
+    NodeUsage,
+    parse_cpu_manager_state,
+    parse_device_checkpoint,
+    with_device_holdings,
+    with_pod_names,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 UPSTREAM = REPO / "tests/fixtures/exporter/upstream"
 MACHINES = ["dgx1-v100", "hgx-h100", "dgx-a100", "epyc-1s-nps4", "pcie-8gpu-2numa"]
-USAGES = ["unknown", "checkpoint", "idle", "podresources", "everything-held"]
+USAGES = ["unknown", "checkpoint", "checkpoints", "idle", "podresources", "everything-held"]
 # What each use source lets the exporter see (the golden kubelet configuration has the static CPU
 # manager and the Static memory manager, so nothing is free by default): the CPU manager
 # checkpoint knows CPUs only; without PodResources or the checkpoint nothing is known.
 SEES = {
     "unknown": set(),
     "checkpoint": {"cpu"},
+    "checkpoints": {"cpu", "devices"},  # the CPU manager's and the device manager's checkpoints
     "idle": {"cpu", "devices", "memory"},
     "podresources": {"cpu", "devices", "memory"},
     "everything-held": {"cpu", "devices", "memory"},
@@ -159,14 +166,22 @@ def usage_for(kind: str, report: NodeReport) -> NodeUsage:
         return report.usage  # neither the PodResources socket nor the checkpoint could be read
     if kind == "idle":
         return usage_from_responses(api_pb2.ListPodResourcesResponse(), None)
-    if kind == "checkpoint":
+    if kind in ("checkpoint", "checkpoints"):
         cpus = sorted(report.topology.allocatable_cpus)
         document = {
             "policyName": "static",
             "defaultCpuSet": "",
             "entries": {"uid-b": {"app": f"{cpus[0]}-{cpus[1]}"}, "uid-a": {"app": str(cpus[-1]), "init": ""}},
         }
-        return with_pod_names(parse_cpu_manager_state(document), {"uid-a": ("team", "api-0")})
+        usage = parse_cpu_manager_state(document)
+        if kind == "checkpoints":
+            entries = [
+                {"PodUID": uid, "ContainerName": "app", "ResourceName": resource, "DeviceIDs": {"0": [device.id]}}
+                for resource, group in sorted(report.topology.devices.items())
+                for uid, device in zip(("uid-a", "uid-c"), [d for d in group.devices if d.healthy], strict=False)
+            ]
+            usage = with_device_holdings(usage, parse_device_checkpoint({"Data": {"PodDeviceEntries": entries}}))
+        return with_pod_names(usage, {"uid-a": ("team", "api-0")})
     listing = pod_resources_listing(report) if kind == "podresources" else everything_held_listing(report)
     usage = usage_from_responses(listing, None)
     # The exporter learns uids from the API server's pods on the node; "db-0" stays unmatched.
