@@ -79,10 +79,45 @@ class ReportedAllocations:
     accounted: frozenset[str] = frozenset()
 
     def for_pod(self, uid: str, key: str) -> PodAllocation | None:
-        return self.allocations.get(uid) or self.allocations.get(key)
+        """The pod's ids; when the report lists it once by uid and once by namespace/name (Volcano's
+        exporter writes the uid from the CPU manager checkpoint, the name from PodResources), both."""
+        by_uid = self.allocations.get(uid) if uid else None
+        by_key = self.allocations.get(key) if key else None
+        if by_uid is None or by_key is None or by_uid is by_key:
+            return by_uid or by_key
+        return merge_pod_allocations(by_uid, by_key)
 
     def accounts_for(self, uid: str, key: str) -> bool:
         return uid in self.accounted or key in self.accounted
+
+
+def merge_pod_allocations(first: PodAllocation, second: PodAllocation) -> PodAllocation:
+    """Two reports of one pod together, container by container: an id either holds is held, and
+    pinned memory is the larger claim per NUMA node (never the smaller claim)."""
+    merged: dict[str, ContainerAllocation] = {container.name: container for container in first.containers}
+    for container in second.containers:
+        known = merged.get(container.name)
+        if known is None:
+            merged[container.name] = container
+            continue
+        devices = {
+            resource: tuple(dict.fromkeys(known.devices.get(resource, ()) + container.devices.get(resource, ())))
+            for resource in sorted(known.devices.keys() | container.devices.keys())
+        }
+        memory: dict[str, dict[int, int]] = {}
+        for resource in sorted(known.memory.keys() | container.memory.keys()):
+            mine, theirs = known.memory.get(resource, {}), container.memory.get(resource, {})
+            memory[resource] = {
+                numa: max(mine.get(numa, 0), theirs.get(numa, 0)) for numa in sorted(mine.keys() | theirs.keys())
+            }
+        if known.numa is None or container.numa is None:
+            numa = known.numa if container.numa is None else container.numa
+        else:
+            numa = known.numa | container.numa
+        merged[container.name] = ContainerAllocation(
+            name=container.name, cpuset=known.cpuset | container.cpuset, numa=numa, devices=devices, memory=memory
+        )
+    return PodAllocation(tuple(merged.values()))
 
 
 def allocation_to_json(allocation: PodAllocation) -> str:

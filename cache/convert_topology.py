@@ -37,6 +37,7 @@ from numasched.api.allocation import (
     PodAllocation,
     ReportedAllocations,
     allocation_from_mapping,
+    merge_pod_allocations,
 )
 from numasched.api.idset import IdSet, IdSetError
 from numasched.api.numamask import MAX_NUMA_ID
@@ -624,35 +625,6 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
 # -- what a Numatopology says its pods hold -----------------------------------------------------------
 
 
-def _merge_containers(first: PodAllocation, second: PodAllocation) -> PodAllocation:
-    """Both reports of one pod together: ids held by either are held (never the smaller claim)."""
-    merged: dict[str, ContainerAllocation] = {container.name: container for container in first.containers}
-    for container in second.containers:
-        known = merged.get(container.name)
-        if known is None:
-            merged[container.name] = container
-            continue
-        devices = {
-            resource: tuple(dict.fromkeys(known.devices.get(resource, ()) + container.devices.get(resource, ())))
-            for resource in known.devices.keys() | container.devices.keys()
-        }
-        numa = (
-            known.numa
-            if container.numa is None
-            else container.numa
-            if known.numa is None
-            else known.numa | container.numa
-        )
-        merged[container.name] = ContainerAllocation(
-            name=container.name,
-            cpuset=known.cpuset | container.cpuset,
-            numa=numa,
-            devices=devices,
-            memory=known.memory or container.memory,
-        )
-    return PodAllocation(tuple(merged.values()))
-
-
 class _ReportBuilder:
     """Collects pods from every part of a Numatopology, keyed by uid and by namespace/name."""
 
@@ -666,14 +638,28 @@ class _ReportBuilder:
         self.pods.append((named, allocation))
 
     def build(self) -> ReportedAllocations:
-        allocations: dict[str, PodAllocation] = {}
+        """Entries sharing a uid or a namespace/name are one pod (transitively): every key of it
+        gets the union of what they all say."""
+        parent: dict[str, str] = {}
+
+        def root(key: str) -> str:
+            while parent[key] != key:
+                parent[key] = parent[parent[key]]
+                key = parent[key]
+            return key
+
+        for keys, _ in self.pods:
+            for key in keys:
+                parent.setdefault(key, key)
+            for key in keys[1:]:
+                parent[root(key)] = root(keys[0])
+        combined: dict[str, PodAllocation] = {}
         for keys, allocation in self.pods:
-            combined = allocation
-            for key in keys:
-                if key in allocations:
-                    combined = _merge_containers(allocations[key], combined)
-            for key in keys:
-                allocations[key] = combined
+            if keys:
+                group = root(keys[0])
+                known = combined.get(group)
+                combined[group] = allocation if known is None else merge_pod_allocations(known, allocation)
+        allocations = {key: combined[root(key)] for key in parent}
         return ReportedAllocations(allocations=allocations, accounted=frozenset(self.accounted))
 
 

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from numasched.api.allocation import ContainerAllocation, PodAllocation, merge_pod_allocations
 from numasched.api.idset import IdSet
+from numasched.api.numamask import NumaMask
 from numasched.api.topology import CpuManagerPolicy, TopologyPolicy
 from numasched.cache.convert_pod import ConversionError
 from numasched.cache.convert_topology import (
@@ -342,3 +344,52 @@ def test_numa_detail_annotation_adds_distances_l3_groups_and_memory_or_is_only_w
     warnings: list[str] = []
     topology = numatopology_to_topology(obj, on_warning=warnings.append)
     assert topology.distances == {} and len(warnings) == 1 and NUMA_DETAIL_ANNOTATION in warnings[0]
+
+
+def test_one_pod_listed_by_uid_and_by_name_holds_what_both_entries_say() -> None:
+    # Volcano's exporter: the checkpoint gives the uid, PodResources the name; our annotation links them.
+    obj = with_gpus(
+        volcano_object(
+            podAllocations=[
+                {"uid": "u-1", "containerAllocations": [{"name": "main", "allocations": {"cpu": "1"}}]},
+                {
+                    "name": "p",
+                    "namespace": "ns",
+                    "containerAllocations": [{"name": "main", "allocations": {"cpu": "5"}}],
+                },
+            ]
+        ),
+        "0-7",
+    )
+    unlinked = pod_allocation_report(obj)
+    held = unlinked.for_pod("u-1", "ns/p")
+    assert held is not None and held.cpus() == IdSet.parse("1,5")
+    obj["metadata"]["annotations"][POD_ALLOCATIONS_ANNOTATION] = json.dumps(
+        {
+            "ns/p": {
+                "uid": "u-1",
+                "containers": {"main": {"devices": {"nvidia.com/gpu": ["2"]}, "memory": {"memory": {"0": 5}}}},
+            },
+        }
+    )
+    linked = pod_allocation_report(obj)
+    for uid, key in (("u-1", ""), ("", "ns/p"), ("u-1", "ns/p")):
+        pod = linked.for_pod(uid, key)
+        assert pod is not None and pod.cpus() == IdSet.parse("1,5") and pod.devices("nvidia.com/gpu") == {"2"}
+
+
+def test_merged_reports_keep_the_larger_claim() -> None:
+    first = PodAllocation(
+        (ContainerAllocation("a", IdSet.parse("1"), NumaMask.of(0), {"g": ("1",)}, {"memory": {0: 5}}),)
+    )
+    second = PodAllocation(
+        (
+            ContainerAllocation("a", IdSet.parse("2"), NumaMask.of(1), {"g": ("1", "2")}, {"memory": {0: 3, 1: 4}}),
+            ContainerAllocation("b", IdSet.parse("3")),
+        )
+    )
+    merged = merge_pod_allocations(first, second)
+    assert [c.name for c in merged.containers] == ["a", "b"]
+    a = merged.containers[0]
+    assert a.cpuset == IdSet.parse("1-2") and a.numa == NumaMask.of(0, 1)
+    assert a.devices == {"g": ("1", "2")} and a.memory == {"memory": {0: 5, 1: 4}}
