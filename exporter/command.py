@@ -49,6 +49,7 @@ from numasched.exporter.report import (
 )
 from numasched.exporter.sysfs import read_host_topology, read_pci_device
 from numasched.exporter.usage import NodeUsage, read_cpu_manager_state, with_pod_names
+from numasched.scheduler.health import parse_address
 
 log = structlog.get_logger("numasched.exporter")
 
@@ -62,6 +63,16 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 5s, 5m, 250ms)")
     return float(match[1]) * _UNITS[match[2]]
+
+
+def metrics_address(text: str) -> str:
+    """--metrics-addr: HOST:PORT, :PORT or PORT, checked on the command line; "" disables."""
+    if text.strip():
+        try:
+            parse_address(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def add_exporter_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +112,10 @@ def add_exporter_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-resource", default=GPU_RESOURCE, help="resource name of NVIDIA GPUs")
     parser.add_argument("--rdma-resource", default=RDMA_RESOURCE, help="resource name of RDMA NICs")
     parser.add_argument(
-        "--metrics-addr", default=":9464", help="HOST:PORT to serve Prometheus metrics on; empty to disable"
+        "--metrics-addr",
+        type=metrics_address,
+        default=":9464",
+        help="HOST:PORT to serve Prometheus metrics on; empty to disable",
     )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster config)")
     parser.add_argument(
@@ -207,7 +221,7 @@ def dump_objects(objects: PublishedObjects) -> str:
 
 
 async def serve_metrics(metrics: ExporterMetrics, address: str) -> web.AppRunner:
-    host, _, port = address.rpartition(":")
+    host, port = parse_address(address)
 
     async def handle(_: web.Request) -> web.Response:
         response = web.Response(body=generate_latest(metrics.registry))
@@ -218,7 +232,7 @@ async def serve_metrics(metrics: ExporterMetrics, address: str) -> web.AppRunner
     app.router.add_get("/metrics", handle)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
-    await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
+    await web.TCPSite(runner, host, port).start()
     log.info("serving metrics", address=address)
     return runner
 
@@ -299,7 +313,12 @@ async def run_exporter(args: argparse.Namespace, nvml: Any = pynvml) -> int:
 
 async def _run_exporter(args: argparse.Namespace, nvml: Any) -> int:
     metrics = ExporterMetrics()
-    runner = await serve_metrics(metrics, args.metrics_addr) if args.metrics_addr and not args.once else None
+    try:
+        runner = await serve_metrics(metrics, args.metrics_addr) if args.metrics_addr and not args.once else None
+    except OSError as error:  # the port is taken, or the host is no address of this machine
+        problem = error.strerror or str(error)
+        print(f"numasched exporter: cannot serve metrics on {args.metrics_addr}: {problem}", file=sys.stderr)
+        return EXIT_FAILURE
     api_client: Any = None
     status = EXIT_OK
     try:

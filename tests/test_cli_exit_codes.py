@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from numasched.cli import main
-from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_OK, EXIT_UNPLACED, EXIT_USAGE
+from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_UNPLACED, EXIT_USAGE
 
 CLUSTER = """\
 apiVersion: v1
@@ -291,3 +291,20 @@ def test_run_without_usable_credentials_is_a_config_error(
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     assert main(["--log-format", "json", "run"]) == EXIT_CONFIG
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_exporter_metrics_address_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["exporter", "--node-name", "n1", "--metrics-addr", "localhost:http"])
+    assert caught.value.code == EXIT_USAGE
+    assert "metrics address must be HOST:PORT" in capsys.readouterr().err
+    # A taken port is a failure at run time, in one line.
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        code = main(["exporter", "--node-name", "n1", "--dry-run", "--sysfs", str(tmp_path), "--metrics-addr", address])
+    assert code == EXIT_FAILURE
+    assert "cannot serve metrics on 127.0.0.1:" in one_line_error(capsys, "exporter")
