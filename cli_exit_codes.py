@@ -8,8 +8,8 @@ from __future__ import annotations
 
 # Finished as asked: simulate ran, the exporter published (--once), the scheduler stopped on a signal.
 EXIT_OK = 0
-# A failure at run time with good inputs: the exporter could not publish (--once), a shutdown that
-# outlived its grace period.
+# A failure at run time with good inputs: the exporter could not publish (--once) or serve its
+# metrics (a port taken), a shutdown that outlived its grace period.
 EXIT_FAILURE = 1
 # The command line itself: an unknown option, a malformed value (argparse exits with 2 too).
 EXIT_USAGE = 2
