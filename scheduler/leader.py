@@ -7,9 +7,11 @@ it cannot renew within the renew deadline it stops leading at once, which is bef
 may take the Lease (renew deadline < lease duration). Writes use the Lease's resourceVersion, so
 two candidates can never both win the same round.
 
-As in client-go, an attempt (a read, then a write) is bounded by what is left of the renew
-deadline, and each request by its own timeout within that: a slow API server (seconds per
-request) delays a renewal but does not lose the Lease while the deadline allows the round trip.
+As in client-go, a renewal round has the renew deadline from its start, an attempt (a read, then
+a write) is bounded by what is left of it, and each request by its own timeout within that: a
+slow API server (seconds per request) delays a renewal but does not lose the Lease while the
+deadline allows the round trip. The leader also never counts on the Lease past a lease duration
+after the start of its last successful write, which is the earliest a standby may take it.
 """
 
 from __future__ import annotations
@@ -152,21 +154,26 @@ class LeaderElector:
             await anyio.sleep(self.timing.retry_period * (1 + 0.2 * (os.urandom(1)[0] / 255)))
 
     async def _renew_until_lost(self) -> None:
+        """Renew every retry period until a round fails. A round (read, write, retried every retry
+        period) has the renew deadline from its start, as client-go's; and it never goes past a
+        lease duration after the start of our last successful write, since from then on a standby
+        may take the Lease. Returns when leadership is lost."""
+        timing = self.timing
         while True:
-            await anyio.sleep(self.timing.retry_period)
-            deadline = self._renewed_at + self.timing.renew_deadline
-            renewed = False
-            if self._clock() < deadline:
-                renewed = await self._try_acquire_or_renew(deadline)
-            if renewed:
-                continue
-            observed_holder = self._observed.holder if self._observed is not None else ""
-            if observed_holder and observed_holder != self.identity:
-                self._log.warning("lease taken by another instance", holder=observed_holder)
-                return
-            if self._clock() >= deadline:
-                self._log.warning("could not renew the lease within the deadline", deadline=self.timing.renew_deadline)
-                return
+            await anyio.sleep(timing.retry_period)
+            deadline = min(self._clock() + timing.renew_deadline, self._renewed_at + timing.lease_duration)
+            while True:
+                if await self._try_acquire_or_renew(deadline):
+                    break
+                observed_holder = self._observed.holder if self._observed is not None else ""
+                if observed_holder and observed_holder != self.identity:
+                    self._log.warning("lease taken by another instance", holder=observed_holder)
+                    return
+                left = deadline - self._clock()
+                if left <= 0:
+                    self._log.warning("could not renew the lease within the deadline", deadline=timing.renew_deadline)
+                    return
+                await anyio.sleep(min(timing.retry_period, left))
 
     async def release(self) -> None:
         """Give the Lease up (graceful shutdown) so another instance takes over at once."""

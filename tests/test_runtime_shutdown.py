@@ -1,0 +1,179 @@
+"""Stopping in the middle of a 5,000-pod cycle: the scheduler decides nothing more, sends no bind
+that was not already in flight, releases the Lease and returns within 10 s."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from kubeapi_server import KubeApiServer
+from kubernetes_asyncio import client
+from test_kube_e2e import FAST_INFORMERS, FAST_LEASE, machine
+
+from numasched.api.node import NodeInfo
+from numasched.api.task import TaskInfo
+from numasched.cache.machine_shapes import machine_objects
+from numasched.conf.defaults import DEFAULT_CONFIG_TEXT
+from numasched.scheduler.registry import default_registry
+from numasched.scheduler.runner import EXIT_OK, RunOptions, SchedulerRunner
+from numasched.scheduler.session import Session
+from numasched.scheduler.status import SUCCESS, Status
+
+pytestmark = pytest.mark.anyio
+
+PODS = 5000
+NODES = 48  # 128 CPUs each: room for every pod
+BIND_CONCURRENCY = 16
+STOP_WITHIN_S = 10.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[KubeApiServer]:
+    async with KubeApiServer(bookmark_interval=0.5, max_history=200_000) as running:
+        yield running
+
+
+class Probe:
+    """A predicate that passes everything and tells the test how far the session has got."""
+
+    name = "probe"
+
+    def __init__(self, checked: threading.Event, after: int) -> None:
+        self.checked = checked
+        self.after = after
+        self.calls = 0
+
+    def on_session_open(self, ssn: Session) -> None:
+        def predicate(task: TaskInfo, node: NodeInfo) -> Status:
+            self.calls += 1
+            if self.calls >= self.after:
+                self.checked.set()
+            return SUCCESS
+
+        ssn.add_predicate_fn(self.name, predicate)
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None
+
+
+def populate(server: KubeApiServer) -> None:
+    shape = machine("pcie-8gpu-2numa")
+    for index in range(NODES):
+        node, topology = machine_objects(shape, f"node-{index}")
+        server.add(node)
+        server.add(topology)
+    for index in range(PODS):
+        resources = {"cpu": "1", "memory": "1Gi"}
+        server.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"pod-{index:04d}", "namespace": "default"},
+                "spec": {
+                    "schedulerName": "numasched",
+                    "containers": [
+                        {"name": "main", "image": "busybox", "resources": {"requests": resources, "limits": resources}}
+                    ],
+                },
+                "status": {"phase": "Pending"},
+            }
+        )
+
+
+def binds_arrived(server: KubeApiServer) -> int:
+    """Bind requests that reached the server (counted on arrival, before any injected delay)."""
+    return sum(count for (method, path), count in server.request_counts.items() if path.endswith("/binding"))
+
+
+async def run_until_stopped(
+    server: KubeApiServer, tmp_path: Path, ready_to_stop: Any, checked: threading.Event, after: int
+) -> tuple[SchedulerRunner, int, int, float]:
+    """Start a runner, stop it once ready_to_stop() says so; the runner, the binds that had
+    reached the server when stop() was called, those that had at the end, and the seconds from
+    stop() to run() returning."""
+    config_file = tmp_path / "scheduler.conf"
+    config_file.write_text(
+        DEFAULT_CONFIG_TEXT.replace("  - name: predicates\n", "  - name: predicates\n  - name: probe\n")
+    )
+    registry = default_registry()
+    registry.register_plugin("probe", lambda arguments: Probe(checked, after))
+    options = RunOptions(
+        config_file=config_file,
+        schedule_period=0.5,
+        lease_namespace="kube-system",
+        lease_timing=FAST_LEASE,
+        identity="stopping",
+        request_timeout=10.0,
+        informer_timing=FAST_INFORMERS,
+        bind_concurrency=BIND_CONCURRENCY,
+    )
+    api_client = client.ApiClient(client.Configuration(host=server.url))
+    try:
+        runner = SchedulerRunner(api_client, options, registry=registry)
+        exit_codes: list[int] = []
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                exit_codes.append(await runner.run())
+
+            group.start_soon(run)
+            with anyio.fail_after(240):
+                while not ready_to_stop():
+                    await anyio.sleep(0.01)
+            at_stop = binds_arrived(server)
+            stopped_at = anyio.current_time()
+            runner.stop()
+            with anyio.fail_after(STOP_WITHIN_S):
+                while not exit_codes:
+                    await anyio.sleep(0.01)
+            took = anyio.current_time() - stopped_at
+        assert exit_codes == [EXIT_OK]
+    finally:
+        await api_client.close()
+    return runner, at_stop, binds_arrived(server), took
+
+
+def released(server: KubeApiServer) -> bool:
+    found = server.get("coordination.k8s.io/v1", "Lease", "numasched", "kube-system")
+    return found is not None and found["spec"]["holderIdentity"] == ""
+
+
+async def test_a_stop_while_the_session_decides_sends_no_bind(server: KubeApiServer, tmp_path: Path) -> None:
+    populate(server)
+    checked = threading.Event()
+    runner, at_stop, at_end, took = await run_until_stopped(server, tmp_path, checked.is_set, checked, after=200)
+    assert took < STOP_WITHIN_S
+    # Stopped mid-session (the probe had seen a few hundred checks of 5,000 pods): none of its
+    # decisions was bound, none reached the server at all.
+    assert at_stop == 0 and at_end == 0
+    assert not any(p["spec"].get("nodeName") for p in server.list("v1", "Pod"))
+    assert runner.cycles == 1
+    assert released(server)
+
+
+async def test_a_stop_while_binding_sends_only_the_binds_in_flight(server: KubeApiServer, tmp_path: Path) -> None:
+    populate(server)
+    # Slow binds (and events): the cycle is in its bind phase for a long while.
+    server.slow_down(0.2, methods=["POST"])
+    checked = threading.Event()
+    runner, at_stop, at_end, took = await run_until_stopped(
+        server, tmp_path, lambda: binds_arrived(server) >= 200, checked, after=1
+    )
+    assert runner.cycles == 1
+    assert took < STOP_WITHIN_S
+    assert at_stop >= 200
+    # At most the binds already sent (bind concurrency bounds them) arrive after the stop; the
+    # thousands the cycle had decided beyond them are never sent.
+    assert at_end - at_stop <= BIND_CONCURRENCY
+    bound = sum(1 for p in server.list("v1", "Pod") if p["spec"].get("nodeName"))
+    assert bound == at_end < PODS
+    assert released(server)
