@@ -17,6 +17,9 @@ from numasched.api.allocation import PodAllocation, allocation_to_mapping
 from numasched.api.topology import CpuManagerPolicy, KubeletPolicies, TopologyPolicy, TopologyScope
 from numasched.cache.device_topology import DEVICE_TOPOLOGY_ANNOTATION, format_device_topology
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail, l3_groups
+from numasched.cache.pod_fingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
+from numasched.cache.pod_fingerprint import ATTRIBUTE_METHOD as FINGERPRINT_METHOD_ATTRIBUTE
+from numasched.cache.pod_fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
 from numasched.exporter.kubelet_config import format_options
 from numasched.exporter.report import NodeReport
 
@@ -201,7 +204,8 @@ def node_resource_topology_object(report: NodeReport) -> dict[str, Any]:
     Zone resources: cpu, memory and huge pages, devices, each with capacity, allocatable and
     available (allocatable less what pods hold); costs are the NUMA distances. Attributes
     topologyManagerPolicy / topologyManagerScope (kubelet spellings) and, when set,
-    topologyManagerPolicyOptions ("k=v,k=v"); topologyPolicies the deprecated v1alpha1 value.
+    topologyManagerPolicyOptions ("k=v,k=v"), and nodeTopologyPodsFingerprint (+ its method) when
+    PodResources names every holder; topologyPolicies the deprecated v1alpha1 value.
     """
     topology = report.topology
     used_cpus = report.usage.used_cpus()
@@ -246,6 +250,10 @@ def node_resource_topology_object(report: NodeReport) -> dict[str, Any]:
         attributes.append(
             {"name": "topologyManagerPolicyOptions", "value": format_options(policies.topology_manager_options)}
         )
+    fingerprint = _pods_fingerprint(report)
+    if fingerprint is not None:
+        attributes.append({"name": FINGERPRINT_ATTRIBUTE, "value": fingerprint})
+        attributes.append({"name": FINGERPRINT_METHOD_ATTRIBUTE, "value": METHOD_WITH_EXCLUSIVE_RESOURCES})
     return {
         "apiVersion": f"{NRT_GROUP}/{NRT_VERSION}",
         "kind": "NodeResourceTopology",
@@ -254,6 +262,17 @@ def node_resource_topology_object(report: NodeReport) -> dict[str, Any]:
         "attributes": attributes,
         "zones": zones,
     }
+
+
+def _pods_fingerprint(report: NodeReport) -> str | None:
+    """The podfingerprint of the pods whose holdings `available` reflects (those PodResources
+    reports holding something, method with-exclusive-resources), so a reader can tell whether the
+    published amounts already account for the pods it sees on the node. None when the exporter
+    does not see every holder by name."""
+    usage = report.usage
+    if usage.source != "podresources" or any(not pod.name for pod in usage.pods):
+        return None
+    return pods_fingerprint((pod.namespace, pod.name) for pod in usage.pods)
 
 
 def legacy_topology_policy(policies: KubeletPolicies) -> str:

@@ -25,8 +25,10 @@ import yaml
 from conftest import load_hack_module
 
 from numasched.api.allocation import allocation_from_mapping
-from numasched.cache.convert_topology import numatopology_to_topology, pod_allocation_report
+from numasched.api.topology import TopologyPolicy, TopologyScope
+from numasched.cache.convert_topology import nrt_to_topology, numatopology_to_topology, pod_allocation_report
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
+from numasched.cache.pod_fingerprint import pods_fingerprint
 from numasched.exporter.command import GpuCache, build_parser, discover
 from numasched.exporter.numatopology import (
     POD_ALLOCATIONS_ANNOTATION,
@@ -453,11 +455,29 @@ def test_node_resource_topology_survives_its_crd(published: Published) -> None:
     assert result.stored == obj
     # The deprecated v1alpha1 field, for older consumers: single-numa-node at pod scope.
     assert obj["topologyPolicies"] == ["SingleNUMANodePodLevel"]
-    assert {a["name"]: a["value"] for a in obj["attributes"]} == {
+    attributes = {a["name"]: a["value"] for a in obj["attributes"]}
+    fingerprint = {}
+    if report.usage.source == "podresources":
+        # Every holder named by PodResources: the published amounts reflect exactly these pods.
+        held_by = [(pod.namespace, pod.name) for pod in report.usage.pods]
+        fingerprint = {
+            "nodeTopologyPodsFingerprint": pods_fingerprint(held_by),
+            "nodeTopologyPodsFingerprintMethod": "with-exclusive-resources",
+        }
+    assert attributes == {
         "topologyManagerPolicy": "single-numa-node",
         "topologyManagerScope": "pod",
         "topologyManagerPolicyOptions": "prefer-closest-numa-nodes=true",
+        **fingerprint,
     }
+    # numasched's own NRT reader takes the policy, scope, options and fingerprint back.
+    read = nrt_to_topology(obj)
+    assert (read.policies.topology_manager_policy, read.policies.topology_manager_scope) == (
+        TopologyPolicy.SINGLE_NUMA_NODE,
+        TopologyScope.POD,
+    )
+    assert read.policies.topology_manager_options.get("prefer-closest-numa-nodes") in ("true", True)
+    assert read.pods_fingerprint == fingerprint.get("nodeTopologyPodsFingerprint")
     cpus = machine_cpus(machine)
     held = {cpu for pod in report.usage.pods for c in pod.containers for cpu in c.cpuset}
     reserved = set(report.topology.reserved_cpus)
