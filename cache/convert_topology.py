@@ -16,8 +16,12 @@ Numatopology, as Volcano's API declares it (volcano.sh/apis pkg/apis/nodeinfo/v1
                        {"cpu": "<cpuset>", "<resource>": "<quantity>"}}]}]
 Not in Volcano's schema (pruned where Volcano's CRD is installed), still read when present:
   spec.gpuDetail, spec.MemoryDetail, spec.numaDistances, and the legacy map form of podAllocations.
-Annotations (survive pruning): numasched.io/device-topology (devices, links, partitions) and
-numasched.io/pod-allocations (device ids per pod and container).
+Annotations (survive pruning): numasched.io/device-topology (devices, links, partitions),
+numasched.io/pod-allocations (device ids per pod and container) and numasched.io/numa-detail.
+
+NodeResourceTopology: topologyPolicies, the v1alpha2 attributes (policy, scope, options, pods
+fingerprint), zones of type Node with per-zone capacity/allocatable/available and costs; on
+koordlet's objects, koordinator's CPU annotations (cache/convert_topology_koordlet.py).
 """
 
 from __future__ import annotations
