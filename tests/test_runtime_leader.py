@@ -5,16 +5,18 @@ keeps binding; a standby never leads meanwhile, and takes over once the leader i
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import yaml
 from kubeapi_server import KubeApiServer
 from kubernetes_asyncio import client
-from test_kube_e2e import add_nodes, bound_pods, pod, wait_until
 
 from numasched.cache.kube.informer import InformerTiming
+from numasched.cache.machine_shapes import machine_objects
 from numasched.scheduler.leader import DEFAULT_LEASE_TIMING
 from numasched.scheduler.runner import EXIT_OK, RunOptions, SchedulerRunner
 
@@ -22,6 +24,41 @@ pytestmark = pytest.mark.anyio
 
 LATENCY_S = (1.0, 2.0)
 SLOW_FOR_S = 60.0
+
+
+MACHINE = Path(__file__).parent / "fixtures" / "machines" / "epyc-1s-nps4.yaml"
+
+
+def add_nodes(server: KubeApiServer, count: int) -> None:
+    shape = yaml.safe_load(MACHINE.read_text())
+    for index in range(count):
+        node, topology = machine_objects(shape, f"node-{index}")
+        server.add(node)
+        server.add(topology)
+
+
+def pod(name: str) -> dict[str, Any]:
+    resources = {"cpu": "2", "memory": "1Gi"}
+    container = {"name": "main", "image": "busybox", "resources": {"requests": resources, "limits": resources}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulerName": "numasched", "containers": [container]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def bound_pods(server: KubeApiServer) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in server.list("v1", "Pod") if p["spec"].get("nodeName")}
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    with anyio.move_on_after(timeout):
+        while not condition():
+            await anyio.sleep(0.05)
+        return
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture
@@ -113,7 +150,8 @@ async def test_the_leader_rides_out_a_slow_api_and_a_standby_takes_over_after_it
             for name in names:
                 server.add(pod(name))
             # A bind takes a request or two at 1-2 s each: well within half a minute.
-            await wait_until(lambda names=names: set(names) <= bound_pods(server).keys(), 30, f"wave {waves} bound")
+            wave = frozenset(names)
+            await wait_until(lambda: wave <= bound_pods(server).keys(), 30, f"wave {waves} bound")  # noqa: B023
             waves += 1
             await anyio.sleep(3)
         slow_for = anyio.current_time() - slow_from

@@ -10,14 +10,16 @@ from typing import Any
 
 import anyio
 import pytest
+import yaml
 from kubeapi_server import KubeApiServer
 from kubernetes_asyncio import client
-from test_kube_e2e import FAST_INFORMERS, FAST_LEASE, machine
 
 from numasched.api.node import NodeInfo
 from numasched.api.task import TaskInfo
+from numasched.cache.kube.informer import InformerTiming
 from numasched.cache.machine_shapes import machine_objects
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT
+from numasched.scheduler.leader import LeaseTiming
 from numasched.scheduler.registry import default_registry
 from numasched.scheduler.runner import EXIT_OK, RunOptions, SchedulerRunner
 from numasched.scheduler.session import Session
@@ -29,6 +31,9 @@ PODS = 5000
 NODES = 48  # 128 CPUs each: room for every pod
 BIND_CONCURRENCY = 16
 STOP_WITHIN_S = 10.0
+MACHINE = Path(__file__).parent / "fixtures" / "machines" / "pcie-8gpu-2numa.yaml"
+FAST_INFORMERS = InformerTiming(request_timeout=5.0, watch_timeout=30, backoff_initial=0.05, backoff_cap=0.5)
+FAST_LEASE = LeaseTiming(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
 
 
 @pytest.fixture
@@ -66,7 +71,7 @@ class Probe:
 
 
 def populate(server: KubeApiServer) -> None:
-    shape = machine("pcie-8gpu-2numa")
+    shape = yaml.safe_load(MACHINE.read_text())
     for index in range(NODES):
         node, topology = machine_objects(shape, f"node-{index}")
         server.add(node)
