@@ -48,7 +48,7 @@ from numasched.exporter.report import (
     parse_device_id_formats,
 )
 from numasched.exporter.sysfs import read_host_topology, read_pci_device
-from numasched.exporter.usage import NodeUsage, read_cpu_manager_state, with_pod_names
+from numasched.exporter.usage import NodeUsage, read_checkpoints, with_pod_names
 from numasched.scheduler.health import parse_address
 
 log = structlog.get_logger("numasched.exporter")
@@ -63,6 +63,11 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 5s, 5m, 250ms)")
     return float(match[1]) * _UNITS[match[2]]
+
+
+def optional_path(text: str) -> Path | None:
+    """A path option that an empty value turns off."""
+    return Path(text) if text.strip() else None
 
 
 def metrics_address(text: str) -> str:
@@ -95,6 +100,13 @@ def add_exporter_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=Path("/var/lib/kubelet/cpu_manager_state"),
         help="CPU manager checkpoint, read when the PodResources socket is absent",
+    )
+    parser.add_argument(
+        "--device-manager-checkpoint",
+        type=optional_path,
+        default=Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
+        help="device manager checkpoint, read with --cpu-manager-state when the PodResources socket is absent; "
+        "empty: not read",
     )
     parser.add_argument("--period", type=parse_duration, default=5.0, help="discovery period (default 5s)")
     parser.add_argument(
@@ -166,13 +178,15 @@ async def read_usage(args: argparse.Namespace) -> NodeUsage:
     try:
         return await read_pod_resources(args.pod_resources_socket, args.timeout)
     except PodResourcesUnavailable as error:
+        device_checkpoint = args.device_manager_checkpoint
         log.warning(
-            "PodResources API unavailable; falling back to the CPU manager checkpoint (CPUs only)",
+            "PodResources API unavailable; falling back to the kubelet's checkpoints",
             node=args.node_name,
             reason=str(error),
-            checkpoint=str(args.cpu_manager_state),
+            cpu_checkpoint=str(args.cpu_manager_state),
+            device_checkpoint=str(device_checkpoint) if device_checkpoint is not None else "(not read)",
         )
-    return read_cpu_manager_state(args.cpu_manager_state)
+    return read_checkpoints(args.cpu_manager_state, args.device_manager_checkpoint)
 
 
 async def discover(args: argparse.Namespace, nvml: Any, gpu_cache: GpuCache) -> Discovery:

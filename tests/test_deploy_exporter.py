@@ -25,6 +25,8 @@ NOT_MOUNTED = {
     # single-file mount would keep showing the first version for ever; the only directory that
     # holds them is /var/lib/kubelet. The PodResources API gives the same facts, live.
     "cpu_manager_state": "read only without the PodResources socket; not mountable on its own",
+    # Its directory also holds the kubelet's device plugin registration socket.
+    "device_manager_checkpoint": "read only without the PodResources socket; turned off in the DaemonSet",
 }
 
 
@@ -70,16 +72,20 @@ def host_path_of(path: PurePosixPath) -> PurePosixPath | None:
 
 def test_every_file_the_exporter_reads_is_mounted() -> None:
     parser, args = parsed_arguments()
-    path_options = [action.dest for action in parser._actions if action.type is Path]
-    assert {"sysfs", "kubelet_config", "pod_resources_socket"} <= set(path_options)
+    path_options = [action.dest for action in parser._actions if isinstance(action.default, Path)]
+    assert {"sysfs", "kubelet_config", "pod_resources_socket", "cpu_manager_state"} <= set(path_options)
     for option in path_options:
-        if option in NOT_MOUNTED:
+        if option in NOT_MOUNTED or getattr(args, option) is None:
             continue
         value = PurePosixPath(str(getattr(args, option)))
         assert host_path_of(value) is not None, f"--{option.replace('_', '-')} {value} is on no mount"
     assert host_path_of(PurePosixPath(args.sysfs)) == PurePosixPath("/sys")
     assert host_path_of(PurePosixPath(args.kubelet_config)) == KUBELET_ROOT / "config.yaml"
     assert host_path_of(PurePosixPath(args.pod_resources_socket)) == KUBELET_ROOT / "pod-resources" / "kubelet.sock"
+
+
+def test_the_device_checkpoint_is_not_read() -> None:
+    assert parsed_arguments()[1].device_manager_checkpoint is None
 
 
 def test_nothing_else_is_mounted_and_never_the_kubelet_directory() -> None:
