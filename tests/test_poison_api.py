@@ -26,7 +26,7 @@ from kubernetes_asyncio import client
 from numasched.api.job import JobInfo
 from numasched.cache.cache import Cache
 from numasched.cache.events import EventType, ObjectEvent
-from numasched.cache.kube.binder import KubeBinder, KubeStatusReporter
+from numasched.cache.kube.binder import KubeBinder, KubeStatusReporter, with_pod_group_status
 from numasched.cache.kube.informer import Informer, InformerTiming, parse_json
 from numasched.cache.kube.problems import ObjectProblemWriter
 from numasched.cache.kube.resources import build_informers
@@ -409,3 +409,28 @@ async def test_an_unreadable_watch_line_is_skipped_and_an_unreadable_deletion_st
     with pytest.raises(ValueError, match="unreadable line"):
         informer._handle_line(b'{"type":"ADDED","object":{"metadata":{"name":"x"},"spec":' + b"[" * 100_000)
     assert informer.resource_version == "42"
+
+
+def test_podgroup_status_update_keeps_what_it_does_not_own_and_is_a_no_op_when_nothing_changed() -> None:
+    condition = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": "m"}
+    current = {
+        "metadata": {"name": "g", "resourceVersion": "5"},
+        "spec": {"minMember": 2},
+        "status": {
+            "phase": "Inqueue",
+            "running": 1,
+            "conditions": [
+                {"type": "Other", "status": "True"},
+                {**condition, "transitionID": "old", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+        },
+    }
+    fresh = {**condition, "transitionID": "new", "lastTransitionTime": "2026-11-24T00:00:00Z"}
+    assert with_pod_group_status(current, "Inqueue", fresh) == current
+    changed = with_pod_group_status(current, "Inqueue", {**fresh, "message": "n"})
+    assert changed["status"]["running"] == 1 and changed["metadata"] == current["metadata"]
+    assert [c["type"] for c in changed["status"]["conditions"]] == ["Other", "Unschedulable"]
+    assert changed["status"]["conditions"][1]["transitionID"] == "new"
+    assert current["status"]["conditions"][1]["transitionID"] == "old"  # the input is not changed
+    broken = with_pod_group_status({"metadata": {"name": "g"}, "status": "nonsense"}, "Pending", fresh)
+    assert broken["status"] == {"phase": "Pending", "conditions": [fresh]}
