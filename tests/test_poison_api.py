@@ -413,7 +413,7 @@ async def test_an_unreadable_watch_line_is_skipped_and_an_unreadable_deletion_st
 
 def test_podgroup_status_update_keeps_what_it_does_not_own_and_is_a_no_op_when_nothing_changed() -> None:
     condition = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": "m"}
-    current = {
+    current: dict[str, Any] = {
         "metadata": {"name": "g", "resourceVersion": "5"},
         "spec": {"minMember": 2},
         "status": {
