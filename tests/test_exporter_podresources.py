@@ -154,7 +154,7 @@ async def test_checkpoint_fallback_when_the_socket_is_absent(tmp_path: Path) -> 
     assert usage.source == "checkpoint"
     assert [(pod.uid, pod.key) for pod in usage.pods] == [("uid-a", "uid-a"), ("uid-b", "uid-b")]
     assert usage.used_cpus() == IdSet([2, 3, 4, 5])
-    assert any("falling back to the CPU manager checkpoint" in entry["event"] for entry in logs)
+    assert any("falling back to the kubelet's checkpoints" in entry["event"] for entry in logs)
     named = with_pod_names(usage, {"uid-a": ("ml", "trainer-0")})
     assert [pod.key for pod in named.pods] == ["ml/trainer-0", "uid-b"]
 
