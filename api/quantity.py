@@ -34,7 +34,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 # MAX_INT64 in any unit; below, every non-zero value rounds up to one nano unit.
 _LARGEST_EXPONENT = 40
 _SMALLEST_EXPONENT = -(MAX_QUANTITY_LENGTH + 12)
-_NANO = Fraction(1, 10**9)
+_NANOS_PER_UNIT = 10**9
 
 _BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
@@ -87,7 +87,9 @@ def _scale(text: str) -> tuple[int, int, str] | str:
     return 10, exponent, "exponent"
 
 
-def _parse_text(original: object, text: str) -> Fraction:
+def _parse_text(original: object, text: str) -> tuple[int, int]:
+    """(numerator, denominator) of the quantity, the denominator a positive power of ten at most
+    10**9: integer arithmetic only, since every pod's every request comes through here."""
     if not text:
         raise _invalid(original, "empty")
     if len(text) > MAX_QUANTITY_LENGTH:
@@ -104,35 +106,32 @@ def _parse_text(original: object, text: str) -> Fraction:
     if isinstance(scale, str):
         raise _invalid(original, scale)
     base, exponent, _ = scale
-    digits = int(whole + fraction) if whole + fraction else 0
+    digits = int(whole + fraction)
     if digits == 0:
-        return Fraction(0)
-    number = Fraction(digits, 10 ** len(fraction))
+        return 0, 1
     if base == 2:
-        number *= 2**exponent
+        numerator, denominator = digits << exponent, 10 ** len(fraction)
     elif exponent > _LARGEST_EXPONENT:
         raise _invalid(original, f"beyond the largest quantity ({MAX_INT64})")
     else:
-        number *= Fraction(10) ** max(exponent, _SMALLEST_EXPONENT)
-    # Go keeps nano precision and rounds a non-zero remainder away from zero ("if you want some
-    # resources, you should get some resources").
-    nanos = number / _NANO
-    whole_nanos = -((-nanos.numerator) // nanos.denominator)
-    number = whole_nanos * _NANO
-    return -number if match["sign"] == "-" else number
+        power = max(exponent, _SMALLEST_EXPONENT) - len(fraction)
+        numerator, denominator = (digits * 10**power, 1) if power >= 0 else (digits, 10**-power)
+    if denominator > _NANOS_PER_UNIT:
+        # Go keeps nano precision and rounds a non-zero remainder away from zero ("if you want
+        # some resources, you should get some resources").
+        numerator = -(-numerator * _NANOS_PER_UNIT // denominator)
+        denominator = _NANOS_PER_UNIT
+    return (-numerator if match["sign"] == "-" else numerator), denominator
 
 
-def parse_quantity(value: str | int | float) -> Fraction:
-    """Parse a Kubernetes quantity (string or JSON number) into an exact Fraction of base units.
-
-    Raises QuantityError for anything else, never another exception, whatever the value.
-    """
+def _ratio(value: str | int | float) -> tuple[int, int]:
+    """The quantity as (numerator, positive denominator); QuantityError for anything else."""
     if isinstance(value, bool):
         raise _invalid(value, "a boolean is not a quantity")
     if isinstance(value, int):
         if abs(value) > MAX_INT64:
             raise _invalid(value, f"beyond the largest quantity ({MAX_INT64})")
-        return Fraction(value)
+        return value, 1
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise _invalid(value, "not a finite number")
@@ -143,6 +142,22 @@ def parse_quantity(value: str | int | float) -> Fraction:
     return _parse_text(value, value.strip())
 
 
+def parse_quantity(value: str | int | float) -> Fraction:
+    """Parse a Kubernetes quantity (string or JSON number) into an exact Fraction of base units.
+
+    Raises QuantityError for anything else, never another exception, whatever the value.
+    """
+    numerator, denominator = _ratio(value)
+    return Fraction(numerator, denominator)
+
+
+def parse_nanos(value: str | int | float) -> int:
+    """The quantity exactly, in billionths of its unit (Go keeps nano precision, so every quantity
+    is a whole number of them); for exact comparisons and sums without Fractions."""
+    numerator, denominator = _ratio(value)
+    return numerator * (_NANOS_PER_UNIT // denominator)
+
+
 def _bounded(value: int, original: object, unit: str) -> int:
     if abs(value) > MAX_INT64:
         raise _invalid(original, f"beyond the largest quantity ({MAX_INT64}{unit})")
@@ -151,11 +166,11 @@ def _bounded(value: int, original: object, unit: str) -> int:
 
 def parse_milli(value: str | int | float) -> int:
     """Quantity in thousandths (Go's MilliValue), rounded up; within int64."""
-    scaled = parse_quantity(value) * 1000
-    return _bounded(-((-scaled.numerator) // scaled.denominator), value, "m")
+    numerator, denominator = _ratio(value)
+    return _bounded(-(-numerator * 1000 // denominator), value, "m")
 
 
 def parse_integer(value: str | int | float) -> int:
     """Quantity as a whole number of base units (Go's Value: bytes, devices), rounded up; within int64."""
-    quantity = parse_quantity(value)
-    return _bounded(-((-quantity.numerator) // quantity.denominator), value, "")
+    numerator, denominator = _ratio(value)
+    return _bounded(-(-numerator // denominator), value, "")

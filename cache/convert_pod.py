@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from fractions import Fraction
 from typing import Any
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION, AllocationError, PodAllocation, allocation_from_json
 from numasched.api.job import DEFAULT_QUEUE, JobInfo
 from numasched.api.node import NodeInfo, Taint
-from numasched.api.quantity import QuantityError, parse_integer, parse_quantity, shown
+from numasched.api.quantity import QuantityError, parse_integer, parse_nanos, shown
 from numasched.api.resource import CPU, MEMORY, Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import (
@@ -137,16 +136,15 @@ _QOS_RESOURCES = (CPU, MEMORY)
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
-def _positive_qos_amounts(resource_list: Mapping[str, Any]) -> dict[str, Fraction]:
-    """The cpu and memory amounts above zero (zero quantities are ignored, as the kubelet does).
-
-    Called only on lists that already converted, so every value parses."""
-    amounts: dict[str, Fraction] = {}
+def _positive_qos_amounts(resource_list: Mapping[str, Any]) -> dict[str, int]:
+    """The cpu and memory amounts above zero, in nano units (zero quantities are ignored, as the
+    kubelet does). Called only on lists that already converted, so every value parses."""
+    amounts: dict[str, int] = {}
     for resource_name in _QOS_RESOURCES:
         raw = resource_list.get(resource_name)
         if raw is None:
             continue
-        amount = parse_quantity(raw)
+        amount = parse_nanos(raw)
         if amount > 0:
             amounts[resource_name] = amount
     return amounts
@@ -160,16 +158,16 @@ def qos_class(resource_lists: Sequence[tuple[Mapping[str, Any], Mapping[str, Any
     Sums per resource over the pairs; Guaranteed when every pair limits both cpu and memory above
     zero and the summed requests equal the summed limits for every resource requested or limited.
     """
-    requests: dict[str, Fraction] = {}
-    limits: dict[str, Fraction] = {}
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
     guaranteed = True
     for requests_raw, limits_raw in resource_lists:
         for resource_name, amount in _positive_qos_amounts(requests_raw).items():
-            requests[resource_name] = requests.get(resource_name, Fraction(0)) + amount
+            requests[resource_name] = requests.get(resource_name, 0) + amount
         limited = _positive_qos_amounts(limits_raw)
         for resource_name, amount in limited.items():
-            limits[resource_name] = limits.get(resource_name, Fraction(0)) + amount
-        if not all(resource_name in limited for resource_name in _QOS_RESOURCES):
+            limits[resource_name] = limits.get(resource_name, 0) + amount
+        if len(limited) < len(_QOS_RESOURCES):
             guaranteed = False
     if not requests and not limits:
         return QosClass.BEST_EFFORT

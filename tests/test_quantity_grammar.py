@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from numasched.api.quantity import MAX_INT64, QuantityError, parse_integer, parse_milli, parse_quantity
+from numasched.api.quantity import MAX_INT64, QuantityError, parse_integer, parse_milli, parse_nanos, parse_quantity
 from numasched.api.resource import Resource
 from numasched.api.task import QosClass
 from numasched.cache.convert_pod import ConversionError, pod_to_task
@@ -127,6 +127,8 @@ def test_apimachinery_parse_table(text: str, expected: Fraction) -> None:
     assert parse_quantity(text) == expected
     assert parse_quantity("-" + text) == -expected
     assert parse_quantity("+" + text) == expected
+    # Every quantity is a whole number of nano units, and parse_nanos gives it exactly.
+    assert Fraction(parse_nanos(text), 10**9) == expected
 
 
 @pytest.mark.parametrize("text", GO_INVALID)
