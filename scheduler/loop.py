@@ -30,7 +30,7 @@ from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.registry import Registry
-from numasched.scheduler.session import JobUpdate, Session
+from numasched.scheduler.session import JobUpdate, PluginOpenError, Session
 from numasched.scheduler.statement import Eviction
 from numasched.scheduler.status import PluginFault
 
@@ -384,6 +384,7 @@ async def run_loop(
     on_cycle: Callable[[CycleResult], None] | None = None,
     backoff: PodBackoff | None = None,
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
+    on_plugin_fault: Callable[[PluginFault], None] | None = None,
 ) -> int:
     """Run a cycle every period (measured start to start) until `stop` is set; the config is
     read afresh each cycle so a reload takes effect at the next one. A cycle that fails is logged
@@ -408,7 +409,11 @@ async def run_loop(
                 shutdown_grace_s=shutdown_grace_s,
                 held_back=pod_backoff.held_back(time.monotonic()),
             )
-        except Exception:  # one bad cycle (a plugin that cannot open, a bad config) must not stop scheduling
+        except PluginOpenError as error:
+            _log.error("scheduling cycle dropped: a plugin raised while opening the session", error=str(error))
+            if on_plugin_fault is not None:
+                on_plugin_fault(error.fault)
+        except Exception:  # one bad cycle (a bad config, a bug) must not stop scheduling
             _log.exception("scheduling cycle failed")
         else:
             if not result.session.stopped:

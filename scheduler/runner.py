@@ -52,6 +52,7 @@ from numasched.scheduler.loop import (
 )
 from numasched.scheduler.metrics import SchedulerMetrics
 from numasched.scheduler.registry import Registry, default_registry
+from numasched.scheduler.status import PluginFault
 
 log = structlog.get_logger("numasched.runner")
 
@@ -308,12 +309,15 @@ class SchedulerRunner:
         }
         await self.reporter.event(reference, "Warning", "InvalidConfiguration", message)
 
+    def _count_plugin_fault(self, fault: PluginFault) -> None:
+        self.metrics.plugin_errors.labels(plugin=fault.plugin, extension_point=fault.extension_point).inc()
+
     def _on_cycle(self, result: CycleResult) -> None:
         self.cycles += 1
         self._last_cycle_end = time.monotonic()
         metrics = self.metrics
         for fault in result.session.plugin_faults:
-            metrics.plugin_errors.labels(plugin=fault.plugin, extension_point=fault.extension_point).inc()
+            self._count_plugin_fault(fault)
         metrics.cycle_duration.observe(result.seconds)
         requests = {request.task.uid: request for request in result.session.bind_requests}
         now = time.time()
@@ -425,6 +429,7 @@ class SchedulerRunner:
             on_cycle=self._on_cycle,
             backoff=self.pod_backoff,
             shutdown_grace_s=self.options.shutdown_grace,
+            on_plugin_fault=self._count_plugin_fault,
         )
 
 

@@ -13,8 +13,11 @@ from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo
 from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
+from numasched.scheduler.arguments import Arguments
 from numasched.scheduler.loop import CycleResult, run_loop, schedule_cycle
 from numasched.scheduler.registry import default_registry
+from numasched.scheduler.session import Session
+from numasched.scheduler.status import PluginFault
 
 GPU = "nvidia.com/gpu"
 
@@ -247,3 +250,46 @@ async def test_run_loop_rejects_a_bad_period() -> None:
             period_s=0,
             stop=anyio.Event(),
         )
+
+
+@pytest.mark.anyio
+async def test_a_plugin_raising_while_opening_drops_that_cycle_only_and_is_reported() -> None:
+    opened: list[int] = []
+
+    class BrokenAtFirst:
+        name = "broken"
+
+        def __init__(self, arguments: Arguments) -> None:
+            return None
+
+        def on_session_open(self, ssn: Session) -> None:
+            opened.append(len(opened))
+            if len(opened) <= 2:
+                raise KeyError("state not ready")
+
+        def on_session_close(self, ssn: Session) -> None:
+            return None
+
+    registry = default_registry()
+    registry.register_plugin("broken", BrokenAtFirst)
+    config = SchedulerConfig(actions=("allocate",), tiers=(Tier((PluginOption("gang"), PluginOption("broken"))),))
+    cache = FakeCache([("a", 1)])
+    stop = anyio.Event()
+    faults: list[PluginFault] = []
+    with anyio.fail_after(10):
+        cycles = await run_loop(
+            cache,
+            lambda: config,
+            registry,
+            FakeBinder(),
+            FakeReporter(),
+            period_s=0.01,
+            stop=stop,
+            on_cycle=lambda result: stop.set(),
+            on_plugin_fault=faults.append,
+        )
+    assert cycles == 3
+    assert [(f.plugin, f.extension_point, f.error) for f in faults] == [
+        ("broken", "onSessionOpen", "KeyError: 'state not ready'")
+    ] * 2
+    assert cache.assumed == {"a": "n0"}

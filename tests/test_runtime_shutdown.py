@@ -9,23 +9,27 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 import yaml
 from kubeapi_server import KubeApiServer
 from kubernetes_asyncio import client
 
+from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
-from numasched.api.task import TaskInfo
+from numasched.api.resource import Resource
+from numasched.api.snapshot import ClusterSnapshot
+from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.kube.informer import InformerTiming
 from numasched.cache.machine_shapes import machine_objects
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT
+from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.scheduler.leader import LeaseTiming
+from numasched.scheduler.loop import run_session
 from numasched.scheduler.registry import default_registry
 from numasched.scheduler.runner import EXIT_OK, RunOptions, SchedulerRunner
-from numasched.scheduler.session import Session
+from numasched.scheduler.session import EventHandler, Session
 from numasched.scheduler.status import SUCCESS, Status
-
-pytestmark = pytest.mark.anyio
 
 PODS = 5000
 NODES = 48  # 128 CPUs each: room for every pod
@@ -152,6 +156,7 @@ def released(server: KubeApiServer) -> bool:
     return found is not None and found["spec"]["holderIdentity"] == ""
 
 
+@pytest.mark.anyio
 async def test_a_stop_while_the_session_decides_sends_no_bind(server: KubeApiServer, tmp_path: Path) -> None:
     populate(server)
     checked = threading.Event()
@@ -165,6 +170,7 @@ async def test_a_stop_while_the_session_decides_sends_no_bind(server: KubeApiSer
     assert released(server)
 
 
+@pytest.mark.anyio
 async def test_a_stop_while_binding_sends_only_the_binds_in_flight(server: KubeApiServer, tmp_path: Path) -> None:
     populate(server)
     # Slow binds (and events): the cycle is in its bind phase for a long while.
@@ -182,3 +188,72 @@ async def test_a_stop_while_binding_sends_only_the_binds_in_flight(server: KubeA
     bound = sum(1 for p in server.list("v1", "Pod") if p["spec"].get("nodeName"))
     assert bound == at_end < PODS
     assert released(server)
+
+
+# --- the stop flag inside a session ------------------------------------------------------------
+
+
+class CountingHandler:
+    """Counts placements, so the test can ask the session to stop after a given one."""
+
+    name = "counting"
+
+    def __init__(self, placed: list[str]) -> None:
+        self.placed = placed
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_event_handler(EventHandler(allocate=lambda event: self.placed.append(event.task.name)))
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None
+
+
+def test_the_session_stops_between_tasks_and_rolls_the_cut_job_back() -> None:
+    node = NodeInfo.create("n0", Resource(milli_cpu=64000, memory=64e9))
+    idle_before = node.idle.clone()
+    request = Resource(milli_cpu=1000, memory=1e9)
+
+    def job_of(uid: str, names: list[str], first_ts: float, min_available: int, gang: bool) -> JobInfo:
+        job = JobInfo(uid=uid, namespace="ns", name=uid, min_available=min_available)
+        if gang:
+            job = attrs.evolve(job, has_pod_group=True, pod_group_phase="Inqueue")
+        for offset, name in enumerate(names):
+            job.add_task(
+                TaskInfo(
+                    uid=name,
+                    namespace="ns",
+                    name=name,
+                    job_id=uid,
+                    resreq=request.clone(),
+                    init_resreq=request.clone(),
+                    creation_timestamp=first_ts + offset,
+                )
+            )
+        return job
+
+    jobs = [
+        job_of("a", ["a"], 0.0, 1, False),
+        job_of("g", ["g1", "g2", "g3"], 1.0, 3, True),
+        job_of("z", ["z"], 9.0, 1, False),
+    ]
+    snapshot = ClusterSnapshot(nodes={"n0": node}, jobs={job.uid: job for job in jobs})
+    placed: list[str] = []
+    registry = default_registry()
+    registry.register_plugin("counting", lambda arguments: CountingHandler(placed))
+    config = SchedulerConfig(
+        actions=("enqueue", "allocate", "backfill"),
+        tiers=(Tier((PluginOption("priority"), PluginOption("gang"), PluginOption("counting"))),),
+    )
+    # Stop once a and two members of the gang are placed: before the gang's third member.
+    result = run_session(snapshot, config, registry, should_stop=lambda: len(placed) >= 3)
+    assert placed == ["a", "g1", "g2"]
+    assert [request.task.name for request in result.bind_requests] == ["a"]
+    assert result.stopped
+    # The gang's two placements were rolled back; z was never tried.
+    assert set(node.tasks) == {"a"}
+    expected = idle_before.clone()
+    expected.sub(request)
+    assert node.idle == expected
+    for name in ("g1", "g2", "g3"):
+        member = snapshot.jobs["g"].tasks[name]
+        assert (member.status, member.node_name) == (TaskStatus.PENDING, "")
