@@ -3,6 +3,10 @@ that was not already in flight, releases the Lease and returns within 10 s."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -257,3 +261,40 @@ def test_the_session_stops_between_tasks_and_rolls_the_cut_job_back() -> None:
     for name in ("g1", "g2", "g3"):
         member = snapshot.jobs["g"].tasks[name]
         assert (member.status, member.node_name) == (TaskStatus.PENDING, "")
+
+
+@pytest.mark.anyio
+async def test_sigterm_in_the_middle_of_binding_exits_within_10_seconds(server: KubeApiServer, tmp_path: Path) -> None:
+    """The real process and signal: `numasched run` under SIGTERM while a 5,000-pod cycle binds."""
+    populate(server)
+    server.slow_down(0.2, methods=["POST"])
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(server.kubeconfig()))
+    command = [
+        sys.executable, "-c", "import sys; from numasched.scheduler.runner import main; sys.exit(main())",
+        "--kubeconfig", str(kubeconfig), "--schedule-period", "500ms", "--lease-namespace", "kube-system",
+        "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
+        "--metrics-addr", "", "--identity", "signalled", "--bind-concurrency", str(BIND_CONCURRENCY),
+    ]  # fmt: skip
+    log_path = tmp_path / "scheduler.log"
+    with log_path.open("wb") as log_file:
+        process = await anyio.open_process(command, stderr=log_file, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        with anyio.fail_after(240):
+            while binds_arrived(server) < 200:
+                await anyio.sleep(0.01)
+        at_signal = binds_arrived(server)
+        signalled_at = anyio.current_time()
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(STOP_WITHIN_S):
+            code = await process.wait()
+        took = anyio.current_time() - signalled_at
+    finally:
+        if process.returncode is None:
+            process.kill()
+    lines = log_path.read_text().splitlines()
+    assert code == EXIT_OK, lines[-5:]
+    assert took < STOP_WITHIN_S
+    assert binds_arrived(server) - at_signal <= BIND_CONCURRENCY
+    assert binds_arrived(server) < PODS
+    assert released(server)
