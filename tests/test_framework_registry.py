@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import structlog
 
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.registry import (
     ACTION_GROUP,
     HINT_PROVIDER_GROUP,
@@ -164,29 +164,30 @@ def test_arguments_typed_getters() -> None:
     assert len(arguments) == 10
 
 
-def test_arguments_bad_values_log_and_fall_back() -> None:
+@pytest.mark.parametrize(
+    ("key", "read"),
+    [
+        ("weight", lambda arguments: arguments.get_int("weight", 1)),
+        ("flag", lambda arguments: arguments.get_bool("flag", True)),
+        ("ratio", lambda arguments: arguments.get_float("ratio", 0.25)),
+        ("names", lambda arguments: arguments.get_list("names", ["d"])),
+        ("label", lambda arguments: arguments.get_str("label", "none")),
+        ("nested", lambda arguments: arguments.get_mapping("nested", {"k": 1})),
+        ("flag", lambda arguments: arguments.get_int("flag", 2)),
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_an_error_naming_plugin_and_key(
+    key: str, read: Callable[[Arguments], object]
+) -> None:
+    # A wrong type is a configuration error, never a silent fall back to the default.
     arguments = Arguments(
         {"weight": "heavy", "flag": "perhaps", "ratio": True, "names": {"a": 1}, "label": ["x"], "nested": 3},
         plugin="binpack",
     )
-    with structlog.testing.capture_logs() as logs:
-        assert arguments.get_int("weight", 1) == 1
-        assert arguments.get_bool("flag", True) is True
-        assert arguments.get_float("ratio", 0.25) == 0.25
-        assert arguments.get_list("names", ["d"]) == ["d"]
-        assert arguments.get_str("label", "none") == "none"
-        assert arguments.get_mapping("nested", {"k": 1}) == {"k": 1}
-        assert arguments.get_int("flag", 2) == 2
-    assert [(entry["plugin"], entry["key"]) for entry in logs] == [
-        ("binpack", "weight"),
-        ("binpack", "flag"),
-        ("binpack", "ratio"),
-        ("binpack", "names"),
-        ("binpack", "label"),
-        ("binpack", "nested"),
-        ("binpack", "flag"),
-    ]
-    assert all(entry["log_level"] == "warning" for entry in logs)
+    with pytest.raises(PluginArgumentError) as raised:
+        read(arguments)
+    assert (raised.value.plugin, raised.value.key) == ("binpack", key)
+    assert str(raised.value).startswith(f"plugin binpack: argument {key}: expected ")
 
 
 def test_volcano_eviction_actions_are_accepted_and_warn_once(capsys: pytest.CaptureFixture[str]) -> None:
