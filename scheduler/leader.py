@@ -211,6 +211,10 @@ class LeaderElector:
         except ApiStatusError as error:
             if error.status != 409:
                 self._log.warning("lease request refused", status=error.status, error=error.message)
+        except (ValueError, TypeError, AttributeError) as error:
+            # A Lease whose fields are not what coordination.k8s.io/v1 declares: not ours to
+            # take or keep this round; the election goes on.
+            self._log.warning("lease object unreadable", error=f"{type(error).__name__}: {error}")
         return False
 
     async def _attempt(self) -> bool:

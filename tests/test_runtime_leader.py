@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from numasched.cache.kube.informer import InformerTiming
 from numasched.cache.machine_shapes import machine_objects
-from numasched.scheduler.leader import DEFAULT_LEASE_TIMING
+from numasched.scheduler.leader import DEFAULT_LEASE_TIMING, LeaderElector, LeaseTiming
 from numasched.scheduler.runner import EXIT_OK, RunOptions, SchedulerRunner
 
 pytestmark = pytest.mark.anyio
@@ -189,3 +189,31 @@ async def test_the_leader_rides_out_a_slow_api_and_a_standby_takes_over_after_it
     assert not first.leading and not second.leading
     assert all(count == 1 for count in server.bind_counts.values())
     assert len(server.bind_counts) == 4 * waves + 4
+
+
+async def test_an_unreadable_lease_neither_crashes_nor_wins_the_election(server: KubeApiServer) -> None:
+    server.add(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "numasched", "namespace": "kube-system"},
+            "spec": {"holderIdentity": "someone", "leaseTransitions": "many", "leaseDurationSeconds": 15},
+        }
+    )
+    api_client = client.ApiClient(client.Configuration(host=server.url))
+    try:
+        elector = LeaderElector(
+            api_client,
+            namespace="kube-system",
+            identity="careful",
+            timing=LeaseTiming(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25),
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(elector.acquire)
+            await anyio.sleep(1.0)
+            assert not elector.is_leader
+            server.delete("coordination.k8s.io/v1", "Lease", "numasched", "kube-system")
+            await wait_until(lambda: elector.is_leader, 5, "the Lease taken once it is readable")
+    finally:
+        await api_client.close()
+    assert lease(server)["spec"]["holderIdentity"] == "careful"
