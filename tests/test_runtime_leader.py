@@ -133,6 +133,7 @@ async def jitter(server: KubeApiServer, stop: anyio.Event) -> None:
     server.slow_down(0)
 
 
+@pytest.mark.timeout(300)  # a minute of latency by design, plus start and takeover on a busy machine
 async def test_the_leader_rides_out_a_slow_api_and_a_standby_takes_over_after_it_stops(server: KubeApiServer) -> None:
     add_nodes(server, 4)
     async with anyio.create_task_group() as group:
