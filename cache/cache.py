@@ -149,10 +149,10 @@ class Cache:
         try:
             handler(key, event.obj)
         except ConversionError as error:
+            # The last good version, if any, stays in force: a bound pod whose update cannot be
+            # read still holds its CPUs and devices. (Topology objects never get here: a rejected
+            # one leaves its node without usable topology, see _topology_record.)
             self._problem(error.kind, error.name, error.message)
-            # A broken update must not leave the previous good version behind as if current.
-            self._raw[event.kind].pop(key, None)
-            handler(key, None)
             return
         self._raw[event.kind][key] = event.obj
 
@@ -205,13 +205,14 @@ class Cache:
             self._on_problem(kind, name, message)
 
     def _on_pod(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        # Converted before the old version is dropped, so a bad update keeps the last good one.
+        task = pod_to_task(obj) if obj is not None else None
         old = self._tasks.pop(key, None)
         if old is not None:
             self._task_uid_by_key.pop(old.key, None)
-        if obj is None:
+        if task is None:
             self._assumed.pop(key, None)
             return
-        task = pod_to_task(obj)
         try:
             task.allocation = bound_pod_allocation(task)
         except ConversionError as error:
@@ -400,13 +401,22 @@ class Cache:
         report does not account for, become the node's unknown holders (docs/topology.md)."""
         topology = node.topology
         assert topology is not None
+
+        def states(resource: str) -> bool:
+            if resource == "cpu":
+                return topology.available_cpus is not None
+            return resource in topology.available_devices
+
         if topology.pods_fingerprint and self._fingerprint_matches(node, topology.pods_fingerprint, held):
             # The published availability reflects exactly the pods we see there.
-            return
+            held = [attrs.evolve(candidate, accounted=True) for candidate in held]
         for candidate in held:
-            if candidate.accounted:
-                continue
             unknown = unknown_part(candidate.holdings, candidate.task.allocation)
+            if candidate.accounted:
+                # A report accounts for a pod's holdings only of the resources whose availability it
+                # states: our exporter lists a pod it saw in the CPU checkpoint even when it could
+                # not see the pod's devices (and leaves those devices out of numares).
+                unknown = {resource: count for resource, count in unknown.items() if not states(resource)}
             if unknown:
                 node.set_unknown_holder(candidate.task.uid, UnknownHolder(candidate.task.key, unknown))
 

@@ -231,6 +231,31 @@ def test_a_report_that_lists_the_holder_accounts_for_it() -> None:
         assert cache.snapshot().nodes["node-a"].unknown_holdings() == expected
 
 
+def test_a_listed_pod_is_accounted_only_for_resources_whose_availability_the_report_states() -> None:
+    # Our exporter lists a pod it saw in the CPU checkpoint but leaves nvidia.com/gpu out of numares
+    # when it cannot see devices: the pod's GPUs are then still unknown holdings.
+    listed = json.dumps([{"uid": "uid-busy", "name": "busy", "namespace": "default", "containerAllocations": []}])
+    text = numatopology_yaml("node-a", "0-7", listed)
+    document = load(text)
+    del document["spec"]["numares"][GPU]
+    cache = Cache()
+    apply(cache, node_yaml("node-a"), holder_yaml("busy", "node-a"))
+    cache.apply(ObjectEvent("Numatopology", EventType.ADDED, document))
+    assert cache.snapshot().nodes["node-a"].unknown_holdings() == {GPU: (4, ("default/busy",))}
+
+
+def test_a_bound_pod_whose_update_cannot_be_read_keeps_its_last_good_version() -> None:
+    cache = Cache()
+    apply(cache, node_yaml("node-a"), numatopology_yaml("node-a", "0-7"), holder_yaml("busy", "node-a"))
+    poisoned = load(holder_yaml("busy", "node-a"))
+    poisoned["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1e400"
+    cache.apply(ObjectEvent("Pod", EventType.MODIFIED, poisoned))
+    assert ("Pod", "default/busy") in cache.problems
+    node = cache.snapshot().nodes["node-a"]
+    assert "uid-busy" in node.tasks
+    assert node.unknown_holdings() == {GPU: (4, ("default/busy",))}
+
+
 # -- arguments -------------------------------------------------------------------------------------------
 
 
