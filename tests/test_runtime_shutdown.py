@@ -41,7 +41,8 @@ BIND_CONCURRENCY = 16
 STOP_WITHIN_S = 10.0
 MACHINE = Path(__file__).parent / "fixtures" / "machines" / "pcie-8gpu-2numa.yaml"
 FAST_INFORMERS = InformerTiming(request_timeout=5.0, watch_timeout=30, backoff_initial=0.05, backoff_cap=0.5)
-FAST_LEASE = LeaseTiming(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
+# kube-scheduler's timing: a session busy in its thread must not cost the Lease on a loaded machine.
+LEASE = LeaseTiming(lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)
 
 
 @pytest.fixture
@@ -123,7 +124,7 @@ async def run_until_stopped(
         config_file=config_file,
         schedule_period=0.5,
         lease_namespace="kube-system",
-        lease_timing=FAST_LEASE,
+        lease_timing=LEASE,
         identity="stopping",
         request_timeout=10.0,
         informer_timing=FAST_INFORMERS,
@@ -165,12 +166,12 @@ async def test_a_stop_while_the_session_decides_sends_no_bind(server: KubeApiSer
     populate(server)
     checked = threading.Event()
     runner, at_stop, at_end, took = await run_until_stopped(server, tmp_path, checked.is_set, checked, after=200)
-    assert took < STOP_WITHIN_S
+    assert took < STOP_WITHIN_S, took
     # Stopped mid-session (the probe had seen a few hundred checks of 5,000 pods): none of its
     # decisions was bound, none reached the server at all.
-    assert at_stop == 0 and at_end == 0
+    assert at_stop == 0 and at_end == 0, (at_stop, at_end)
     assert not any(p["spec"].get("nodeName") for p in server.list("v1", "Pod"))
-    assert runner.cycles == 1
+    assert runner.cycles == 1, runner.cycles
     assert released(server)
 
 
@@ -183,12 +184,12 @@ async def test_a_stop_while_binding_sends_only_the_binds_in_flight(server: KubeA
     runner, at_stop, at_end, took = await run_until_stopped(
         server, tmp_path, lambda: binds_arrived(server) >= 200, checked, after=1
     )
-    assert runner.cycles == 1
-    assert took < STOP_WITHIN_S
+    assert runner.cycles == 1, runner.cycles
+    assert took < STOP_WITHIN_S, took
     assert at_stop >= 200
     # At most the binds already sent (bind concurrency bounds them) arrive after the stop; the
     # thousands the cycle had decided beyond them are never sent.
-    assert at_end - at_stop <= BIND_CONCURRENCY
+    assert at_end - at_stop <= BIND_CONCURRENCY, (at_stop, at_end)
     bound = sum(1 for p in server.list("v1", "Pod") if p["spec"].get("nodeName"))
     assert bound == at_end < PODS
     assert released(server)
@@ -273,7 +274,6 @@ async def test_sigterm_in_the_middle_of_binding_exits_within_10_seconds(server: 
     command = [
         sys.executable, "-c", "import sys; from numasched.scheduler.runner import main; sys.exit(main())",
         "--kubeconfig", str(kubeconfig), "--schedule-period", "500ms", "--lease-namespace", "kube-system",
-        "--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "250ms",
         "--metrics-addr", "", "--identity", "signalled", "--bind-concurrency", str(BIND_CONCURRENCY),
     ]  # fmt: skip
     log_path = tmp_path / "scheduler.log"
@@ -294,7 +294,7 @@ async def test_sigterm_in_the_middle_of_binding_exits_within_10_seconds(server: 
             process.kill()
     lines = log_path.read_text().splitlines()
     assert code == EXIT_OK, lines[-5:]
-    assert took < STOP_WITHIN_S
+    assert took < STOP_WITHIN_S, took
     assert binds_arrived(server) - at_signal <= BIND_CONCURRENCY
     assert binds_arrived(server) < PODS
     assert released(server)
