@@ -226,6 +226,10 @@ class SchedulerRunner:
             repeat_interval=options.event_repeat_interval,
             instance=options.identity,
         )
+        # Bad objects the cache reports, written onto them (conditions, events) by the leader.
+        self.problem_writer = ObjectProblemWriter(
+            api_client, self.reporter, scheduler_names=options.scheduler_names, timeout=options.request_timeout
+        )
         self.config_source = self._initial_config_source()
         self.config_feed = (
             ConfigMapFeed(self.config_source, options.config_map, self._report_rejected_config)
@@ -269,11 +273,14 @@ class SchedulerRunner:
 
     # -- probes ---------------------------------------------------------------------------------
 
+    def _leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
     def _live(self) -> str | None:
         if self.stop_requested.is_set():
             return None
         stalled = time.monotonic() - self._last_cycle_end
-        leading = self.elector is None or self.elector.is_leader
+        leading = self._leading()
         # A cycle stuck for many periods means the loop is wedged; a restart is the cure.
         limit = max(60.0, 30 * self.options.schedule_period)
         if leading and self.cycles and stalled > limit:
@@ -293,9 +300,7 @@ class SchedulerRunner:
         onto the object as the leader (PodScheduled=False and FailedScheduling on our pods, a
         Warning event on other kinds), once per object version. Never raises: the cache calls it
         while an informer delivers."""
-        writer: ObjectProblemWriter | None = getattr(self, "problem_writer", None)
-        if writer is not None:
-            writer.note(kind, name, message)
+        self.problem_writer.note(kind, name, message)
 
     async def _report_rejected_config(self, obj: Mapping[str, Any], message: str) -> None:
         self.metrics.config_rejected.inc()
@@ -365,6 +370,7 @@ class SchedulerRunner:
                 background.start_soon(informer.run)
             if self.config_feed is not None:
                 background.start_soon(self.config_feed.report)
+            background.start_soon(self.problem_writer.run, self._leading)
             if self.options.config_file is not None:
                 background.start_soon(watch_config_file, self.config_source, self.options.config_file)
             task_status.started()
