@@ -15,6 +15,7 @@ from typing import Any
 
 from numasched.api.allocation import PodAllocation, allocation_to_mapping
 from numasched.api.topology import CpuManagerPolicy, KubeletPolicies, TopologyPolicy, TopologyScope
+from numasched.cache.convert_topology import RESERVED_CPUS_POLICY
 from numasched.cache.device_topology import DEVICE_TOPOLOGY_ANNOTATION, format_device_topology
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail, l3_groups
 from numasched.cache.pod_fingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
@@ -55,6 +56,10 @@ def _policies(report: NodeReport) -> dict[str, str]:
         result["CPUManagerPolicyOptions"] = format_options(policies.cpu_manager_options)
     if policies.topology_manager_options:
         result["TopologyManagerPolicyOptions"] = format_options(policies.topology_manager_options)
+    if policies.cpu_manager_policy is CpuManagerPolicy.STATIC and report.topology.reserved_cpus:
+        # The exact reserved set (resReserved can only give a count, from which a reader has to
+        # guess the kubelet's choice). Policies is a string map in Volcano's schema: kept on pruning.
+        result[RESERVED_CPUS_POLICY] = report.topology.reserved_cpus.format()
     return result
 
 

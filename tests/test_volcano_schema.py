@@ -366,6 +366,11 @@ def test_numatopology_reads_as_volcano_reads_it(published: Published) -> None:
     held_cpus = {cpu for pod in report.usage.pods for c in pod.containers for cpu in c.cpuset}
     reserved = set(report.topology.reserved_cpus)
     assert reserved and len(reserved) == 2  # kubeReserved 1 + systemReserved 1 CPU
+    # The exact reserved set survives pruning (inside Volcano's policies string map) and reads back.
+    assert parse_cpuset(spec["policies"]["ReservedSystemCPUs"]) == reserved
+    assert (
+        set(numatopology_to_topology(admit(VOLCANO_CRD, numatopology_object(report)).stored).reserved_cpus) == reserved
+    )
     if "cpu" not in published.sees:
         # Not knowing what is held, the exporter says nothing rather than call it free.
         assert "cpu" not in spec.get("numares", {})
