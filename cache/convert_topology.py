@@ -68,7 +68,7 @@ from numasched.cache.convert_topology_koordlet import (
     KoordletCpuState,
     parse_koordlet_cpu_state,
 )
-from numasched.cache.device_topology import DeviceTopologyError, parse_device_topology
+from numasched.cache.device_topology import DeviceTopologyError, device_topology_from_document, parse_device_topology
 from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.plugins.numaaware.providers.cpu_assignment import CpuAssignmentError, take_packed
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
@@ -519,10 +519,7 @@ def _annotations(metadata: Mapping[str, Any], fail: Callable[[str], ConversionEr
     return _object(metadata.get("annotations"), fail, "metadata.annotations")
 
 
-def _annotated_devices(
-    text: str, name: str, numa_ids: set[int]
-) -> tuple[dict[str, DeviceGroup], dict[tuple[DeviceKey, DeviceKey], DeviceLink]]:
-    devices, links = parse_device_topology(text, name)
+def _check_annotated_devices(devices: Mapping[str, DeviceGroup], numa_ids: set[int]) -> None:
     for group in devices.values():
         if len(group.devices) > MAX_DEVICES_PER_RESOURCE:
             raise DeviceTopologyError(
@@ -531,7 +528,31 @@ def _annotated_devices(
         for device in group.devices:
             if device.numa is not None and device.numa not in numa_ids:
                 raise DeviceTopologyError(f"device {group.resource} {device.id}: unknown NUMA node {device.numa}")
+
+
+def _annotated_devices(
+    text: str, name: str, numa_ids: set[int]
+) -> tuple[dict[str, DeviceGroup], dict[tuple[DeviceKey, DeviceKey], DeviceLink]]:
+    devices, links = parse_device_topology(text, name)
+    _check_annotated_devices(devices, numa_ids)
     return devices, links
+
+
+def _annotated_devices_without_links(text: str, name: str, numa_ids: set[int]) -> dict[str, DeviceGroup] | None:
+    """The annotation's devices (and partitions) with its links left out; None when even those
+    do not read."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, Mapping):
+        return None
+    try:
+        devices, _ = device_topology_from_document({k: v for k, v in document.items() if k != "links"}, name)
+        _check_annotated_devices(devices, numa_ids)
+    except DeviceTopologyError:
+        return None
+    return devices
 
 
 def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str], None] | None = None) -> NumaTopology:
@@ -565,15 +586,21 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
     devices: dict[str, DeviceGroup] | None = None
     device_text = _annotations(metadata, fail).get(DEVICE_TOPOLOGY_ANNOTATION)
     if device_text:
+        text = _string(device_text, fail, DEVICE_TOPOLOGY_ANNOTATION)
         try:
-            devices, links = _annotated_devices(_string(device_text, fail, DEVICE_TOPOLOGY_ANNOTATION), name, numa_ids)
+            devices, links = _annotated_devices(text, name, numa_ids)
         except DeviceTopologyError as error:
-            # Links are an optimisation: without them the node still gets NUMA-exact device choice.
+            # Links are an optimisation: with the devices alone the node still gets NUMA-exact
+            # device choice, so a bad link costs only the link-aware ranking.
+            devices = _annotated_devices_without_links(text, name, numa_ids)
+            if devices is not None:
+                fallback = "its links are ignored and device choice on this node uses NUMA nodes only"
+            elif gpus is not None:
+                fallback = "devices come from spec.gpuDetail: NUMA nodes only, no links"
+            else:
+                fallback = "devices come from spec.numares without NUMA nodes: device choice is not NUMA-aware"
             if on_warning is not None:
-                on_warning(
-                    f"annotation {DEVICE_TOPOLOGY_ANNOTATION}: {error}; "
-                    "device choice on this node falls back to NUMA only"
-                )
+                on_warning(f"annotation {DEVICE_TOPOLOGY_ANNOTATION}: {error}; {fallback}")
     if devices is None:
         devices = {GPU_RESOURCE: DeviceGroup(GPU_RESOURCE, gpus)} if gpus is not None else {}
     for resource, (text, capacity) in numares.items():

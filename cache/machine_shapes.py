@@ -13,8 +13,9 @@ from typing import Any
 from numasched.api.idset import IdSet
 from numasched.api.quantity import parse_integer
 from numasched.api.topology import TopologyPolicy, TopologyScope
-from numasched.cache.convert_topology import DEVICE_TOPOLOGY_ANNOTATION, GPU_RESOURCE
+from numasched.cache.convert_topology import DEVICE_TOPOLOGY_ANNOTATION, RESERVED_CPUS_POLICY
 from numasched.cache.device_topology import machine_to_device_topology
+from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
 
 
 def machine_cpu_detail(machine: Mapping[str, Any]) -> dict[str, dict[str, int]]:
@@ -23,9 +24,16 @@ def machine_cpu_detail(machine: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     for core in machine.get("cores", []):
         for cpu in IdSet.parse(str(core["cpus"])):
             entry = {"numa": int(core["numa"]), "socket": int(core["socket"]), "core": int(core["core"])}
-            entry["l3"] = int(core.get("l3", core["socket"]))
             detail[str(cpu)] = {key: value for key, value in entry.items() if value != 0}
     return detail
+
+
+def machine_l3_groups(machine: Mapping[str, Any]) -> dict[int, IdSet]:
+    """CPUs per last-level cache group (the socket where the machine file does not say)."""
+    groups: dict[int, list[int]] = {}
+    for core in machine.get("cores", []):
+        groups.setdefault(int(core.get("l3", core["socket"])), []).extend(IdSet.parse(str(core["cpus"])))
+    return {group: IdSet(cpus) for group, cpus in groups.items()}
 
 
 def reserved_cpus_for(machine: Mapping[str, Any], count: int) -> IdSet:
@@ -92,29 +100,34 @@ def machine_objects(
         numares[resource] = {"allocatable": ",".join(str(d["id"]) for d in items), "capacity": len(items)}
     distances = machine.get("numa_distances") or []
     numa_ids = [int(n["id"]) for n in machine["numa_nodes"]]
+    # Only what Volcano's Numatopology schema declares goes into spec (the API server prunes the
+    # rest); distances, memory per NUMA node and L3 groups ride in the numa-detail annotation and
+    # devices in the device-topology annotation, as the exporter writes them.
     spec: dict[str, Any] = {
         "policies": {
             "CPUManagerPolicy": cpu_manager_policy,
             "TopologyManagerPolicy": topology_policy.value,
             "TopologyManagerScope": topology_scope.value,
+            RESERVED_CPUS_POLICY: reserved.format(),
         },
         "resReserved": {"cpu": str(len(reserved)), "memory": reserved_memory},
         "numares": numares,
         "cpuDetail": machine_cpu_detail(machine),
-        "numaDistances": {
-            str(row_id): {str(col_id): int(value) for col_id, value in zip(numa_ids, row, strict=True)}
-            for row_id, row in zip(numa_ids, distances, strict=True)
-        },
-        "MemoryDetail": {
-            str(numa): {"memoryMap": {"memory": {"total": size, "allocatable": size}}}
-            for numa, size in memory_per_numa.items()
-        },
     }
-    if GPU_RESOURCE in devices:
-        spec["gpuDetail"] = {str(d["id"]): {"numa": int(d["numa"])} for d in devices[GPU_RESOURCE]}
-    metadata: dict[str, Any] = {"name": node_name}
+    annotations = {
+        NUMA_DETAIL_ANNOTATION: format_numa_detail(
+            {
+                row_id: {col_id: int(value) for col_id, value in zip(numa_ids, row, strict=True)}
+                for row_id, row in zip(numa_ids, distances, strict=True)
+            },
+            {"memory": memory_per_numa},
+            {"memory": memory_per_numa},
+            machine_l3_groups(machine),
+        )
+    }
     if devices:
-        metadata["annotations"] = {DEVICE_TOPOLOGY_ANNOTATION: machine_to_device_topology(machine)}
+        annotations[DEVICE_TOPOLOGY_ANNOTATION] = machine_to_device_topology(machine)
+    metadata: dict[str, Any] = {"name": node_name, "annotations": annotations}
     numatopology = {
         "apiVersion": "nodeinfo.volcano.sh/v1alpha1",
         "kind": "Numatopology",

@@ -228,7 +228,7 @@ def test_bad_device_topology_falls_back_to_numa_only_device_choice() -> None:
     assert converted is not None and converted.links == {}
     gpus = converted.devices["nvidia.com/gpu"].devices
     assert [(d.id, d.numa) for d in gpus] == [(str(i), 0 if i < 4 else 1) for i in range(8)]
-    assert len(problems) == 1 and "falls back to NUMA only" in problems[0] and "9" in problems[0]
+    assert len(problems) == 1 and "uses NUMA nodes only" in problems[0] and "9" in problems[0]
 
 
 NRT = {
