@@ -1,8 +1,10 @@
 """The scheduling loop: snapshot -> session -> bind, every period, until told to stop.
 
 run_session is the pure part (a snapshot in, decisions out). schedule_cycle adds the edges:
-it assumes every placement in the cache before binding, so the next snapshot already sees it,
-binds concurrently with a bound on parallelism and time, and forgets a placement whose bind failed.
+each job is streamed out of the session the moment it is committed (a gang once it is ready),
+assumed in the cache (so the next snapshot already sees its CPUs and devices taken) and bound by
+a fixed pool of workers while the session goes on deciding; a placement whose bind failed is
+forgotten.
 
 Stopping (SIGTERM, or leadership lost) is checked by the actions between jobs and tasks; once it
 is asked for, no bind is sent that was not already sent, and the binds in flight get a grace
@@ -12,16 +14,18 @@ kube-scheduler backs off a pod whose attempt failed, so one bad pod does not cos
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import anyio
 import attrs
 import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from numasched.api.allocation import PodAllocation
 from numasched.api.job import JobInfo
@@ -31,7 +35,7 @@ from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.registry import Registry
 from numasched.scheduler.session import JobUpdate, PluginOpenError, Session
-from numasched.scheduler.statement import Eviction
+from numasched.scheduler.statement import CommittedBinds, Eviction
 from numasched.scheduler.status import PluginFault
 
 _log = structlog.get_logger(__name__)
@@ -111,12 +115,16 @@ def run_session(
     *,
     should_stop: Callable[[], bool] = _never_stop,
     held_back: Mapping[str, str] | None = None,
+    on_commit: Callable[[Sequence[BindRequest]], None] | None = None,
 ) -> SessionResult:
     """Open a session on the snapshot, run the configured actions, close it. Changes only the
     snapshot it is given. should_stop is asked between jobs and tasks (it may be called from
-    this worker thread while the event loop sets it); held_back names tasks not to try, with why."""
+    this worker thread while the event loop sets it); held_back names tasks not to try, with why;
+    on_commit, when given, gets each job's bind requests the moment the job is committed."""
     actions = [registry.action(name) for name in config.actions]
     ssn = Session(snapshot, config, registry, should_stop=should_stop, held_back=held_back)
+    if on_commit is not None:
+        ssn.bind_requests = CommittedBinds(on_commit)
     pending_at_start = ssn.pending_tasks()
     ssn.open()
     try:
@@ -224,35 +232,118 @@ async def _bounded(call: Callable[[], Awaitable[_T]], timeout_s: float) -> _T:
         return await call()
 
 
+@attrs.frozen(slots=True)
+class _BindWork:
+    request: BindRequest
+
+
+@attrs.frozen(slots=True)
+class _ReportWork:
+    call: Callable[[], Awaitable[None]]
+    subject: str
+
+
+_Work = _BindWork | _ReportWork
+
+
+class _BindStream:
+    """Bind requests committed in the session's worker thread, handed to the event loop as each
+    job is committed. On the loop each is assumed in the cache (so the next snapshot sees its
+    CPUs and devices taken; the session's own copy already does) and queued for the bind
+    workers. Once a stop is asked for nothing more is assumed or queued.
+
+    The worker thread never waits for the loop: it appends under a lock and wakes the loop once
+    per batch, so deciding does not slow down while the loop is busy binding."""
+
+    def __init__(
+        self,
+        cache: CacheLike,
+        send: MemoryObjectSendStream[_Work],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._cache = cache
+        self._send = send
+        self._stopping = stopping
+        self._loop = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._waiting: list[BindRequest] = []
+        self._wake_scheduled = False
+        # Assumed and queued, in commit order: what the cycle hands to the binder.
+        self.delivered: list[BindRequest] = []
+        # Assumed and queued but not taken by a bind worker yet: forgotten if never sent.
+        self.unsent: dict[str, BindRequest] = {}
+        self.dropped = 0
+
+    def publish(self, requests: Sequence[BindRequest]) -> None:
+        """From the session thread: one job's committed requests. Never raises."""
+        with self._lock:
+            self._waiting.extend(requests)
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self.deliver)
+        except RuntimeError:
+            # The loop is closed (the cycle was abandoned): nothing can be bound any more.
+            return
+
+    def deliver(self) -> None:
+        """On the loop: assume and queue what the session has committed so far."""
+        with self._lock:
+            batch, self._waiting = self._waiting, []
+            self._wake_scheduled = False
+        for request in batch:
+            if self._stopping():
+                self.dropped += 1
+                continue
+            task = request.task
+            self._cache.assume(task.uid, request.node_name, task.allocation)
+            try:
+                self._send.send_nowait(_BindWork(request))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._cache.forget(task.uid)
+                self.dropped += 1
+                continue
+            self.delivered.append(request)
+            self.unsent[task.uid] = request
+
+    def taken(self, request: BindRequest) -> None:
+        self.unsent.pop(request.task.uid, None)
+
+    def forget_unsent(self) -> None:
+        """The cycle ends with requests never sent (grace over, cancelled): none stays assumed."""
+        for uid in self.unsent:
+            self._cache.forget(uid)
+        self.unsent.clear()
+
+
 async def _bind_one(
     request: BindRequest,
     cache: CacheLike,
     binder: BinderLike,
     reporter: ReporterLike,
-    limiter: anyio.CapacityLimiter,
     timeout_s: float,
     outcomes: dict[str, BindOutcome],
     stopping: Callable[[], bool],
 ) -> None:
     task = request.task
     log = _log.bind(pod=task.key, node=request.node_name)
-    async with limiter:
-        if stopping():
-            # Not sent yet, and a stop was asked for: it is not sent at all. The next leader
-            # decides the pod again.
-            cache.forget(task.uid)
-            return
-        try:
-            outcome = await _bounded(lambda: binder.bind(request), timeout_s)
-        except TimeoutError:
-            outcome = BindOutcome(BindStatus.FAILED, f"no answer within {timeout_s:g}s")
-        except Exception as error:  # the binder is I/O; whatever it raises fails this bind only
-            outcome = BindOutcome(BindStatus.FAILED, f"{type(error).__name__}: {error}")
-        except BaseException:
-            # Cancelled (grace over, or leadership lost) with the answer unknown: the placement
-            # is forgotten; if the bind did land, the pod's watch event brings it back.
-            cache.forget(task.uid)
-            raise
+    if stopping():
+        # Not sent yet, and a stop was asked for: it is not sent at all. The next leader
+        # decides the pod again.
+        cache.forget(task.uid)
+        return
+    try:
+        outcome = await _bounded(lambda: binder.bind(request), timeout_s)
+    except TimeoutError:
+        outcome = BindOutcome(BindStatus.FAILED, f"no answer within {timeout_s:g}s")
+    except Exception as error:  # the binder is I/O; whatever it raises fails this bind only
+        outcome = BindOutcome(BindStatus.FAILED, f"{type(error).__name__}: {error}")
+    except BaseException:
+        # Cancelled (grace over, or leadership lost) with the answer unknown: the placement
+        # is forgotten; if the bind did land, the pod's watch event brings it back.
+        cache.forget(task.uid)
+        raise
     outcomes[task.uid] = outcome
     if outcome.status is BindStatus.BOUND:
         log.info("pod bound")
@@ -272,6 +363,59 @@ async def _report(call: Callable[[], Awaitable[None]], log: structlog.typing.Fil
         log.warning("status report failed", error=f"{type(error).__name__}: {error}")
 
 
+async def _work_off(
+    receive: MemoryObjectReceiveStream[_Work],
+    stream: _BindStream,
+    cache: CacheLike,
+    binder: BinderLike,
+    reporter: ReporterLike,
+    timeout_s: float,
+    outcomes: dict[str, BindOutcome],
+    stopping: Callable[[], bool],
+) -> None:
+    """One of the cycle's bind workers: binds and reports, one at a time, in the order queued."""
+    async with receive:
+        async for work in receive:
+            if isinstance(work, _BindWork):
+                stream.taken(work.request)
+                await _bind_one(work.request, cache, binder, reporter, timeout_s, outcomes, stopping)
+            elif not stopping():
+                await _report(work.call, _log.bind(subject=work.subject))
+
+
+async def _run_workers(
+    receive: MemoryObjectReceiveStream[_Work],
+    workers: int,
+    stream: _BindStream,
+    cache: CacheLike,
+    binder: BinderLike,
+    reporter: ReporterLike,
+    timeout_s: float,
+    outcomes: dict[str, BindOutcome],
+    stopping: Callable[[], bool],
+    stop: anyio.Event | None,
+    shutdown_grace_s: float,
+) -> None:
+    """A fixed pool of workers (bounded concurrency, not one task per pod) until the queue is
+    closed and empty; once a stop is asked for they get shutdown_grace_s to finish."""
+    with anyio.CancelScope() as sending:
+        async with anyio.create_task_group() as watch:
+            if stop is not None:
+                watch.start_soon(_limit_to_grace, stop, sending, shutdown_grace_s)
+            async with receive, anyio.create_task_group() as pool:
+                for _ in range(workers):
+                    pool.start_soon(
+                        _work_off, receive.clone(), stream, cache, binder, reporter, timeout_s, outcomes, stopping
+                    )
+            watch.cancel_scope.cancel()
+    if sending.cancelled_caught:
+        _log.warning(
+            "shutdown grace over; binds in flight abandoned",
+            grace=shutdown_grace_s,
+            binds=len(stream.delivered) - len(outcomes),
+        )
+
+
 async def schedule_cycle(
     cache: CacheLike,
     config: SchedulerConfig,
@@ -285,8 +429,10 @@ async def schedule_cycle(
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     held_back: Mapping[str, str] | None = None,
 ) -> CycleResult:
-    """One cycle. Once `stop` is set the session decides nothing more, no bind or report that
-    was not sent yet is sent, and the binds in flight get shutdown_grace_s to finish."""
+    """One cycle. Each job is assumed and handed to the bind workers as soon as the session
+    commits it, so binding overlaps with deciding. Once `stop` is set the session decides nothing
+    more, no bind or report that was not sent yet is sent, and the binds in flight get
+    shutdown_grace_s to finish."""
     started = time.monotonic()
     snapshot = cache.snapshot()
     # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
@@ -296,38 +442,55 @@ async def schedule_cycle(
     def stopping() -> bool:
         return abandoned.is_set() or (stop is not None and stop.is_set())
 
-    session = functools.partial(run_session, should_stop=stopping, held_back=held_back)
-    try:
-        # The session is CPU-bound; a worker thread keeps watch events flowing meanwhile.
-        result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
-    except BaseException:
-        abandoned.set()
-        raise
-    if stopping():
-        if result.bind_requests:
-            _log.info("stop asked for during the session; its binds are not sent", binds=len(result.bind_requests))
-        result = attrs.evolve(result, bind_requests=(), stopped=True)
-    for request in result.bind_requests:
-        cache.assume(request.task.uid, request.node_name, request.task.allocation)
     outcomes: dict[str, BindOutcome] = {}
-    limiter = anyio.CapacityLimiter(max(1, bind_concurrency))
-    with anyio.CancelScope() as sending:
-        async with anyio.create_task_group() as watch:
-            if stop is not None:
-                watch.start_soon(_limit_to_grace, stop, sending, shutdown_grace_s)
-            async with anyio.create_task_group() as group:
-                for request in result.bind_requests:
-                    group.start_soon(
-                        _bind_one, request, cache, binder, reporter, limiter, bind_timeout_s, outcomes, stopping
-                    )
-                for entry in result.unschedulable:
-                    group.start_soon(_report_unschedulable, entry, reporter, limiter, stopping)
-                for update in result.job_updates:
-                    group.start_soon(_report_job, update, reporter, limiter, stopping)
-            watch.cancel_scope.cancel()
-    if sending.cancelled_caught:
-        unanswered = len(result.bind_requests) - len(outcomes)
-        _log.warning("shutdown grace over; binds in flight abandoned", grace=shutdown_grace_s, binds=unanswered)
+    # Unbounded: it holds at most the cycle's own decisions, which the session holds anyway.
+    send, receive = anyio.create_memory_object_stream[_Work](max_buffer_size=math.inf)
+    stream = _BindStream(cache, send, stopping)
+    session = functools.partial(run_session, should_stop=stopping, held_back=held_back, on_commit=stream.publish)
+    failure: Exception | None = None
+    result = SessionResult(stopped=True)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                _run_workers,
+                receive,
+                max(1, bind_concurrency),
+                stream,
+                cache,
+                binder,
+                reporter,
+                bind_timeout_s,
+                outcomes,
+                stopping,
+                stop,
+                shutdown_grace_s,
+            )
+            with send:
+                try:
+                    # The session is CPU-bound; a worker thread keeps watch events and binds flowing.
+                    result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
+                except Exception as error:
+                    # What was committed before stays committed (and bound); the error is raised
+                    # once the binds already handed on have finished.
+                    failure = error
+                except BaseException:
+                    abandoned.set()
+                    raise
+                stream.deliver()
+                if not stopping():
+                    for entry in result.unschedulable:
+                        send.send_nowait(_ReportWork(_unschedulable_call(entry, reporter), entry.task.key))
+                    for update in result.job_updates:
+                        send.send_nowait(_ReportWork(_job_call(update, reporter), update.job.key))
+    finally:
+        stream.forget_unsent()
+    if failure is not None:
+        raise failure
+    if stopping():
+        if stream.dropped:
+            _log.info("stop asked for during the session; its later binds are not sent", binds=stream.dropped)
+        result = attrs.evolve(result, stopped=True)
+    result = attrs.evolve(result, bind_requests=tuple(stream.delivered))
     for eviction in result.evictions:
         _log.warning(
             "eviction decided but this scheduler has no evictor; the pod keeps running",
@@ -350,24 +513,12 @@ async def _limit_to_grace(stop: anyio.Event, sending: anyio.CancelScope, grace_s
     sending.deadline = min(sending.deadline, anyio.current_time() + grace_s)
 
 
-async def _report_unschedulable(
-    entry: Unschedulable, reporter: ReporterLike, limiter: anyio.CapacityLimiter, stopping: Callable[[], bool]
-) -> None:
-    async with limiter:
-        if stopping():
-            return
-        await _report(lambda: reporter.unschedulable(entry.task, entry.message), _log.bind(pod=entry.task.key))
+def _unschedulable_call(entry: Unschedulable, reporter: ReporterLike) -> Callable[[], Awaitable[None]]:
+    return lambda: reporter.unschedulable(entry.task, entry.message)
 
 
-async def _report_job(
-    update: JobUpdate, reporter: ReporterLike, limiter: anyio.CapacityLimiter, stopping: Callable[[], bool]
-) -> None:
-    async with limiter:
-        if stopping():
-            return
-        await _report(
-            lambda: reporter.job_status(update.job, update.phase, update.message), _log.bind(job=update.job.key)
-        )
+def _job_call(update: JobUpdate, reporter: ReporterLike) -> Callable[[], Awaitable[None]]:
+    return lambda: reporter.job_status(update.job, update.phase, update.message)
 
 
 async def run_loop(

@@ -4,6 +4,7 @@ they are committed (bound) or discarded (rolled back) together, as Volcano's Sta
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 
 import attrs
 import structlog
@@ -15,7 +16,7 @@ from numasched.cache.binder import BindRequest, binding_annotations
 from numasched.scheduler.session import POINT_ALLOCATE_EVENT, POINT_DEALLOCATE_EVENT, Event, Session
 from numasched.scheduler.status import PluginFault
 
-__all__ = ["BindRequest", "Eviction", "JobOutcome", "Statement", "settle_job"]
+__all__ = ["BindRequest", "CommittedBinds", "Eviction", "JobOutcome", "Statement", "settle_job"]
 
 _log = structlog.get_logger(__name__)
 
@@ -167,6 +168,29 @@ class Statement:
         return requests
 
 
+class CommittedBinds(list[BindRequest]):
+    """A session's bind requests that also hands each job's requests, the moment the job is
+    committed, to a consumer (the loop, which assumes and binds them while the session goes on
+    deciding). Installed as the session's bind_requests; a plain list collects without streaming."""
+
+    def __init__(self, on_commit: Callable[[Sequence[BindRequest]], None]) -> None:
+        super().__init__()
+        self._on_commit = on_commit
+
+    def commit(self, requests: Sequence[BindRequest]) -> None:
+        self.extend(requests)
+        if requests:
+            self._on_commit(requests)
+
+
+def _hand_on(ssn: Session, requests: list[BindRequest]) -> None:
+    """One job's committed requests: onto the session, and on to the binder when it streams."""
+    if isinstance(ssn.bind_requests, CommittedBinds):
+        ssn.bind_requests.commit(requests)
+    else:
+        ssn.bind_requests.extend(requests)
+
+
 class JobOutcome(enum.Enum):
     COMMITTED = "committed"
     KEPT = "kept"
@@ -177,9 +201,12 @@ def settle_job(ssn: Session, job: JobInfo, statement: Statement) -> JobOutcome:
     """Volcano's end of a job's turn: bind when the job is ready (together with what earlier turns
     kept for it), keep the placements in the session when it is pipelined, else roll back."""
     if ssn.job_ready(job):
+        requests: list[BindRequest] = []
         for kept in ssn.kept_statements.pop(job.uid, []):
-            ssn.bind_requests.extend(kept.commit())
-        ssn.bind_requests.extend(statement.commit())
+            requests.extend(kept.commit())
+        requests.extend(statement.commit())
+        # A gang's requests go out together, only now that the whole gang is placed.
+        _hand_on(ssn, requests)
         return JobOutcome.COMMITTED
     if ssn.job_pipelined(job):
         if len(statement):

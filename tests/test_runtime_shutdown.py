@@ -162,15 +162,19 @@ def released(server: KubeApiServer) -> bool:
 
 
 @pytest.mark.anyio
-async def test_a_stop_while_the_session_decides_sends_no_bind(server: KubeApiServer, tmp_path: Path) -> None:
+async def test_a_stop_while_the_session_decides_sends_only_the_binds_in_flight(
+    server: KubeApiServer, tmp_path: Path
+) -> None:
     populate(server)
     checked = threading.Event()
     runner, at_stop, at_end, took = await run_until_stopped(server, tmp_path, checked.is_set, checked, after=200)
     assert took < STOP_WITHIN_S, took
-    # Stopped mid-session (the probe had seen a few hundred checks of 5,000 pods): none of its
-    # decisions was bound, none reached the server at all.
-    assert at_stop == 0 and at_end == 0, (at_stop, at_end)
-    assert not any(p["spec"].get("nodeName") for p in server.list("v1", "Pod"))
+    # Stopped mid-session (the probe had seen a few hundred checks of 5,000 pods). Binds stream
+    # out as jobs are committed, so the first few may have been sent; after the stop at most the
+    # binds already in flight arrive, and nothing the session had not sent is ever bound.
+    assert at_end - at_stop <= BIND_CONCURRENCY, (at_stop, at_end)
+    bound = sum(1 for p in server.list("v1", "Pod") if p["spec"].get("nodeName"))
+    assert bound == at_end < PODS // 10, (bound, at_end)
     assert runner.cycles == 1, runner.cycles
     assert released(server)
 
