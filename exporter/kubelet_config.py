@@ -203,11 +203,11 @@ def read_kubelet_config(path: Path | None) -> KubeletConfig:
         return KubeletConfig()
     try:
         text = path.read_text()
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         log.warning(
             "kubelet configuration unreadable; using kubelet defaults",
             path=str(path),
-            error=error.strerror or str(error),
+            error=getattr(error, "strerror", None) or str(error),
         )
         return KubeletConfig()
     try:

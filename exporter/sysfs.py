@@ -75,8 +75,8 @@ class PciDevice:
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip()
-    except OSError as error:
-        log.warning("sysfs file unreadable", path=str(path), error=error.strerror or str(error))
+    except (OSError, UnicodeDecodeError) as error:
+        log.warning("sysfs file unreadable", path=str(path), error=getattr(error, "strerror", None) or str(error))
         return None
 
 

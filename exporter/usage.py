@@ -103,11 +103,11 @@ def parse_cpu_manager_state(document: Any, source: str = "<inline>") -> NodeUsag
 def read_cpu_manager_state(path: Path) -> NodeUsage:
     try:
         text = path.read_text()
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         log.warning(
             "CPU manager checkpoint unreadable; no usage known",
             path=str(path),
-            error=error.strerror or str(error),
+            error=getattr(error, "strerror", None) or str(error),
         )
         return NO_USAGE
     try:
@@ -167,7 +167,7 @@ def read_device_checkpoint(path: Path) -> DeviceHoldings | None:
         log.warning(
             "device manager checkpoint unreadable; device use unknown",
             path=str(path),
-            error=error.strerror or str(error),
+            error=getattr(error, "strerror", None) or str(error),
         )
         return None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:

@@ -28,6 +28,8 @@ from numasched.cache.kube.binder import DEFAULT_REPEAT_INTERVAL_S, KubeBinder, K
 from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, Informer, InformerTiming
 from numasched.cache.kube.problems import ObjectProblemWriter
 from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef, build_informers
+from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE
+from numasched.cli_exit_codes import EXIT_OK as EXIT_OK  # re-exported: tests and callers read it here
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
 from numasched.conf.loader import ConfigError
 from numasched.conf.watch import ConfigSource, watch_config_file
@@ -56,10 +58,7 @@ from numasched.scheduler.status import PluginFault
 
 log = structlog.get_logger("numasched.runner")
 
-EXIT_OK = 0
-# The shutdown grace ran out and the process was ended with work in flight.
-EXIT_FORCED = 1
-EXIT_BAD_CONFIG = 3
+# The shutdown grace running out (work still in flight) ends the process with EXIT_FAILURE.
 
 # Namespace of the pod, from the downward API or the service account mount.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -112,7 +111,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--renew-deadline", type=parse_duration, default=10.0)
     parser.add_argument("--retry-period", type=parse_duration, default=2.0)
     parser.add_argument("--identity", default=None, help="leader election identity (default host_pid_random)")
-    parser.add_argument("--metrics-addr", default=":10259", help="HOST:PORT for /healthz /readyz /metrics; '' disables")
+    parser.add_argument("--metrics-addr", default=":10351", help="HOST:PORT for /healthz /readyz /metrics; '' disables")
     parser.add_argument(
         "--bind-concurrency", type=int, default=DEFAULT_BIND_CONCURRENCY, help="binds in flight at once"
     )
@@ -445,18 +444,18 @@ async def run_scheduler(args: argparse.Namespace) -> int:
         options = RunOptions.from_args(args)
     except ValueError as error:
         log.error("invalid options", error=str(error))
-        return EXIT_BAD_CONFIG
+        return EXIT_CONFIG
     try:
         configuration = await client_configuration(args.kubeconfig, args.context)
     except (config.ConfigException, OSError, ValueError) as error:
         log.error("no usable Kubernetes client configuration", kubeconfig=args.kubeconfig, error=str(error))
-        return EXIT_BAD_CONFIG
+        return EXIT_CONFIG
     async with client.ApiClient(configuration) as api_client:
         try:
             runner = SchedulerRunner(api_client, options)
         except ConfigError as error:
             log.error("invalid scheduler configuration", error=str(error))
-            return EXIT_BAD_CONFIG
+            return EXIT_CONFIG
         async with anyio.create_task_group() as group:
 
             async def stop_on_signal() -> None:
@@ -476,7 +475,7 @@ async def run_scheduler(args: argparse.Namespace) -> int:
 async def _force_exit_after(grace: float) -> None:
     await anyio.sleep(grace)
     log.error("shutdown grace period over; exiting with work in flight", grace=grace)
-    os._exit(EXIT_FORCED)
+    os._exit(EXIT_FAILURE)
 
 
 def main(argv: list[str] | None = None) -> int:

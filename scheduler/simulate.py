@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ async def simulate(
     cluster: SimCluster, config: SchedulerConfig, registry: Registry, *, max_cycles: int, progress: bool
 ) -> int:
     """Run cycles until a cycle binds nothing new; returns the number of cycles run."""
-    pending = sum(1 for pod in cluster.pods() if not pod.get("spec", {}).get("nodeName"))
+    pending = sum(1 for pod in cluster.pods() if not _node_name(pod))
     cycles = 0
     bar = _progress_bar(progress and pending >= 200, pending)
     with bar:
@@ -91,6 +92,12 @@ async def simulate(
             if bound_now == before:
                 break
     return cycles
+
+
+def _node_name(pod: Mapping[str, Any]) -> str:
+    """spec.nodeName, or "" for a pod whose spec is not an object (the cache reports that pod)."""
+    spec = pod.get("spec")
+    return str(spec.get("nodeName") or "") if isinstance(spec, Mapping) else ""
 
 
 def _progress_bar(enabled: bool, total: int) -> Any:

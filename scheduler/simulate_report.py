@@ -59,19 +59,27 @@ class SimulationReport:
         return sum(1 for pod in self.pods if pod.status == status)
 
 
+def _object(value: Any) -> Mapping[str, Any]:
+    """A field that should hold an object; anything else (the cache has reported it) reads as empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _condition_message(pod: Mapping[str, Any]) -> str:
-    for condition in pod.get("status", {}).get("conditions", []) or []:
+    conditions = _object(pod.get("status")).get("conditions")
+    for condition in conditions if isinstance(conditions, list) else []:
+        if not isinstance(condition, Mapping):
+            continue
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return str(condition.get("message") or condition.get("reason") or "")
     return ""
 
 
 def _placement(pod: Mapping[str, Any], waiting: Mapping[str, str]) -> tuple[PodPlacement, Problem | None]:
-    metadata = pod.get("metadata", {})
+    metadata = _object(pod.get("metadata"))
     namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name"))
-    annotations = metadata.get("annotations") or {}
-    group = annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or ""
-    node = str(pod.get("spec", {}).get("nodeName") or "")
+    annotations = _object(metadata.get("annotations"))
+    group = str(annotations.get(GROUP_NAME_ANNOTATION) or annotations.get(VOLCANO_GROUP_NAME_ANNOTATION) or "")
+    node = str(_object(pod.get("spec")).get("nodeName") or "")
     if not node:
         reason = _condition_message(pod) or waiting.get(f"{namespace}/{name}", "")
         status = "Unschedulable" if reason else "Pending"
@@ -80,7 +88,7 @@ def _placement(pod: Mapping[str, Any], waiting: Mapping[str, str]) -> tuple[PodP
     numa: set[int] = set()
     cpuset = ""
     devices: dict[str, list[str]] = {}
-    text = annotations.get(ALLOCATION_ANNOTATION)
+    text = str(annotations.get(ALLOCATION_ANNOTATION) or "")
     if text:
         try:
             allocation = allocation_from_json(text)
@@ -120,7 +128,7 @@ def build_report(cluster: SimCluster, *, cycles: int, seconds: float) -> Simulat
         for (kind, name), message in cluster.cache.warnings.items()
     )
     for pod in cluster.pods():
-        if pod.get("spec", {}).get("schedulerName") not in cluster.cache.scheduler_names:
+        if _object(pod.get("spec")).get("schedulerName") not in cluster.cache.scheduler_names:
             continue
         placement, problem = _placement(pod, waiting)
         placements.append(placement)

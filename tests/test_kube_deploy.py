@@ -113,17 +113,21 @@ def matches(schema: dict[str, Any], value: Any, path: str) -> list[str]:
     return problems
 
 
-def test_numatopology_crd_keeps_every_field_the_exporter_writes() -> None:
+def test_simulated_numatopologies_fit_the_shipped_volcano_crd() -> None:
+    # The simulator's objects (example cluster, scenarios, benchmarks) must be what a cluster with
+    # Volcano's CRD would store; the exporter's own objects are checked in test_volcano_schema.py.
     crd = scheduler_objects()[("CustomResourceDefinition", "numatopologies.nodeinfo.volcano.sh")]
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     machine = yaml.safe_load((ROOT / "tests" / "fixtures" / "machines" / "pcie-8gpu-2numa.yaml").read_text())
     _, topology = machine_objects(machine, "gpu-0")
-    topology["spec"]["podAllocations"] = {
-        "default/p": {
+    topology["spec"]["podAllocations"] = [
+        {
             "uid": "u1",
-            "containers": {"main": {"cpuset": "2-3", "numa": [0], "devices": {"nvidia.com/gpu": ["0"]}}},
+            "name": "p",
+            "namespace": "default",
+            "containerAllocations": [{"name": "main", "allocations": {"cpu": "2-3", "nvidia.com/gpu": "1"}}],
         }
-    }
+    ]
     assert matches(schema["properties"]["spec"], topology["spec"], "spec") == []
     assert matches(schema["properties"]["spec"], {"numares": {"cpu": {"capacity": "many"}}}, "spec")
 

@@ -29,7 +29,7 @@ from numasched.plugins.nodeorder import (
     weighted_resource_score,
 )
 from numasched.plugins.nodeorder import build as build_nodeorder
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.loop import run_session
 from numasched.scheduler.registry import default_registry
 from numasched.scheduler.session import Session
@@ -184,7 +184,8 @@ def test_nodeorder_weights_from_volcano_arguments() -> None:
     assert NodeOrderWeights.from_arguments(arguments) == NodeOrderWeights(0, 2, 3)
     assert NodeOrderWeights.from_arguments(Arguments({})) == NodeOrderWeights(1, 1, 0, 1)
     assert NodeOrderWeights.from_arguments(Arguments({"tainttoleration.weight": 0})).taint_toleration == 0
-    assert NodeOrderWeights.from_arguments(Arguments({"leastrequested.weight": "heavy"})) == NodeOrderWeights()
+    with pytest.raises(PluginArgumentError, match=r"leastrequested\.weight"):
+        NodeOrderWeights.from_arguments(Arguments({"leastrequested.weight": "heavy"}))
 
 
 def test_intolerable_prefer_no_schedule_counts() -> None:

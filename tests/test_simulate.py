@@ -152,3 +152,39 @@ def test_simulate_yaml_and_table_outputs(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 0
     table = capsys.readouterr().out
     assert "team/needs-eight" in table and "1/2 pods bound, 1 unschedulable" in table
+
+
+MALFORMED = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: spec-not-an-object, namespace: team}
+spec: 5
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: annotations-not-an-object, namespace: team, annotations: 5}
+spec:
+  schedulerName: numasched
+  containers: [{name: main}]
+"""
+
+
+def test_simulate_reports_pods_whose_fields_are_not_objects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "scheduler.conf").write_text(MINI_CONFIG)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "workload.yaml").write_text(WORKLOAD + "---\n" + MALFORMED)
+    code = main(
+        [
+            "simulate",
+            *("--config", str(tmp_path / "scheduler.conf")),
+            *("--cluster", str(tmp_path / "cluster.yaml")),
+            *("--workload", str(tmp_path / "workload.yaml")),
+            *("--output", "json"),
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    pods = {pod["name"]: pod for pod in report["pods"]}
+    assert pods["needs-eight"]["status"] == "Bound"
+    problems = " | ".join(f"{p['source']}: {p['message']}" for p in report["problems"])
+    assert "spec-not-an-object" in problems and "annotations-not-an-object" in problems, problems
