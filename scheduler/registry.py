@@ -22,16 +22,13 @@ from numasched.scheduler.actions.allocate import AllocateAction
 from numasched.scheduler.actions.backfill import BackfillAction
 from numasched.scheduler.actions.enqueue import EnqueueAction
 from numasched.scheduler.arguments import Arguments, PluginArgumentError
-from numasched.scheduler.plugin import Action, Plugin, PluginBuilder
+from numasched.scheduler.plugin import Action, ChecksHintProviders, HintProviderFactory, Plugin, PluginBuilder
 
 _log = structlog.get_logger(__name__)
 
 PLUGIN_GROUP = "numasched.plugins"
 ACTION_GROUP = "numasched.actions"
 HINT_PROVIDER_GROUP = "numasched.hint_providers"
-
-# A hint provider factory; its protocol belongs to the numa-aware plugin, not to the framework.
-HintProviderFactory = Callable[..., object]
 
 
 class UnknownNameError(LookupError):
@@ -68,9 +65,12 @@ class PluginCatalog(Sequence[str]):
     and argument, instead of failing every scheduling cycle later.
     """
 
-    def __init__(self, builders: Mapping[str, PluginBuilder]) -> None:
+    def __init__(
+        self, builders: Mapping[str, PluginBuilder], hint_providers: Mapping[str, HintProviderFactory] | None = None
+    ) -> None:
         self._builders = dict(builders)
         self._names = sorted(self._builders)
+        self._hint_providers = dict(hint_providers or {})
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -103,7 +103,9 @@ class PluginCatalog(Sequence[str]):
         if builder is None:
             return None
         try:
-            builder(Arguments(arguments, plugin=name))
+            plugin = builder(Arguments(arguments, plugin=name))
+            if isinstance(plugin, ChecksHintProviders):
+                plugin.check_hint_providers(self._hint_providers)
         except PluginArgumentError as error:
             return error.key, error.detail
         except Exception as error:  # any builder, third-party ones included: the configuration is refused
@@ -161,7 +163,7 @@ class Registry:
 
     def known_plugin_names(self) -> PluginCatalog:
         """The plugin names, sorted; also checks a configured plugin's arguments (see PluginCatalog)."""
-        return PluginCatalog(self._plugins)
+        return PluginCatalog(self._plugins, self._hint_providers)
 
     def known_action_names(self) -> list[str]:
         return sorted(self._actions)

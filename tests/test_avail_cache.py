@@ -284,3 +284,51 @@ tiers:
     with pytest.raises(ConfigError) as error:
         load_config_text(config, "test", registry.known_plugin_names(), registry.known_action_names())
     assert f"arguments.{argument}: plugin numa-aware:" in str(error.value)
+
+
+class _GoodProvider:
+    """A minimal provider: handles one resource and never pins anything."""
+
+    name = "good"
+    resources = frozenset({"example.com/thing"})
+
+    def hints(self, request: object, topology: object, free: object) -> None:
+        return None
+
+    def allocate(self, request: object, hint: object, topology: object, free: object) -> dict[str, object]:
+        return {}
+
+
+def _failing_factory(arguments: object) -> object:
+    raise ValueError("needs a 'thing-count' argument")
+
+
+@pytest.mark.parametrize(
+    ("providers", "expected"),
+    [
+        ("[nope]", "unknown hint provider 'nope' (known: broken, good, not-a-provider)"),
+        ("[broken]", "hint provider 'broken' cannot be built: ValueError: needs a 'thing-count' argument"),
+        ("[not-a-provider]", "hint provider 'not-a-provider' does not implement HintProvider"),
+        ("[good]", ""),
+    ],
+)
+def test_hint_providers_that_do_not_exist_or_build_refuse_the_configuration(providers: str, expected: str) -> None:
+    registry = default_registry()
+    registry.register_hint_provider("good", lambda arguments: _GoodProvider())
+    registry.register_hint_provider("broken", _failing_factory)
+    registry.register_hint_provider("not-a-provider", lambda arguments: object())
+    config = f"""\
+actions: "allocate"
+tiers:
+- plugins:
+  - name: numa-aware
+    arguments:
+      hint-providers: {providers}
+"""
+    if not expected:
+        load_config_text(config, "test", registry.known_plugin_names(), registry.known_action_names())
+        return
+    with pytest.raises(ConfigError) as error:
+        load_config_text(config, "test", registry.known_plugin_names(), registry.known_action_names())
+    assert "arguments.hint-providers: plugin numa-aware:" in str(error.value)
+    assert expected in str(error.value)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -65,7 +65,7 @@ from numasched.plugins.numaaware.providers.device import (
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.status import SUCCESS, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -305,29 +305,31 @@ class NumaAwarePlugin:
         self._needs.clear()
         self._task_uid = ""
 
+    def check_hint_providers(self, factories: Mapping[str, Callable[..., object]]) -> None:
+        """Every provider `hint-providers` names exists and builds from these arguments (the
+        configuration loader calls this, so a wrong name refuses the configuration)."""
+        for provider_name in self.extra_provider_names:
+            factory = factories.get(provider_name)
+            if factory is None:
+                known = ", ".join(sorted(factories)) or "none registered"
+                raise PluginArgumentError(
+                    PLUGIN_NAME, ARG_HINT_PROVIDERS, f"unknown hint provider {provider_name!r} (known: {known})"
+                )
+            build_extra_provider(provider_name, factory, self.provider_arguments)
+
     def _extra_providers(self, ssn: Session) -> list[HintProvider]:
+        # Loaded configurations were checked by check_hint_providers; one built in code was not,
+        # so a provider that still fails here is logged and left out rather than ending the session.
         extra: list[HintProvider] = []
         for provider_name in self.extra_provider_names:
             try:
-                factory = ssn.registry.hint_provider(provider_name)
-                provider = factory(self.provider_arguments)
-            except LookupError as error:
-                _log.error(
-                    "unknown hint provider, it is not used",
-                    plugin=PLUGIN_NAME,
-                    provider=provider_name,
-                    error=str(error),
+                extra.append(
+                    build_extra_provider(
+                        provider_name, ssn.registry.hint_provider(provider_name), self.provider_arguments
+                    )
                 )
-                continue
-            except (TypeError, ValueError) as error:
-                _log.error(
-                    "hint provider cannot be built", plugin=PLUGIN_NAME, provider=provider_name, error=str(error)
-                )
-                continue
-            if not isinstance(provider, HintProvider):
-                _log.error("hint provider does not implement HintProvider", plugin=PLUGIN_NAME, provider=provider_name)
-                continue
-            extra.append(provider)
+            except (LookupError, PluginArgumentError) as error:
+                _log.error("hint provider is not used", plugin=PLUGIN_NAME, provider=provider_name, error=str(error))
         return extra
 
     def pre_predicate(self, task: TaskInfo) -> Status:
@@ -688,6 +690,26 @@ class _Decision:
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
     return NumaAwarePlugin(arguments)
+
+
+def build_extra_provider(
+    name: str, factory: Callable[..., object], provider_arguments: Mapping[str, Any]
+) -> HintProvider:
+    """A third-party provider from its entry-point factory; PluginArgumentError (argument
+    `hint-providers`) says why it cannot be built."""
+    try:
+        provider = factory(provider_arguments)
+    except PluginArgumentError:
+        raise
+    except Exception as error:  # a third-party factory may raise anything
+        raise PluginArgumentError(
+            PLUGIN_NAME, ARG_HINT_PROVIDERS, f"hint provider {name!r} cannot be built: {type(error).__name__}: {error}"
+        ) from None
+    if not isinstance(provider, HintProvider):
+        raise PluginArgumentError(
+            PLUGIN_NAME, ARG_HINT_PROVIDERS, f"hint provider {name!r} does not implement HintProvider"
+        )
+    return provider
 
 
 class NumaAwareBuilder:
