@@ -38,7 +38,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from kubeapi_server import JsonObject, KubeApiServer  # type: ignore[import-not-found]  # noqa: E402
+from kubeapi_server import JsonObject, KubeApiServer  # noqa: E402
 from kubernetes_asyncio import client  # noqa: E402
 
 from numasched.cache.kube.informer import InformerTiming  # noqa: E402

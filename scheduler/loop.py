@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import math
 import threading
 import time
@@ -428,11 +429,13 @@ async def schedule_cycle(
     stop: anyio.Event | None = None,
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     held_back: Mapping[str, str] | None = None,
+    freeze: bool = True,
 ) -> CycleResult:
     """One cycle. Each job is assumed and handed to the bind workers as soon as the session
     commits it, so binding overlaps with deciding. Once `stop` is set the session decides nothing
     more, no bind or report that was not sent yet is sent, and the binds in flight get
-    shutdown_grace_s to finish."""
+    shutdown_grace_s to finish. With freeze, what is alive at the end (the cache) is frozen out
+    of the garbage collector's generations."""
     started = time.monotonic()
     snapshot = cache.snapshot()
     # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
@@ -498,6 +501,8 @@ async def schedule_cycle(
             node=eviction.node_name,
             reason=eviction.reason,
         )
+    if freeze:
+        freeze_long_lived()
     seconds = time.monotonic() - started
     _log.debug(
         "cycle done",
@@ -521,6 +526,73 @@ def _job_call(update: JobUpdate, reporter: ReporterLike) -> Callable[[], Awaitab
     return lambda: reporter.job_status(update.job, update.phase, update.message)
 
 
+class CycleTrigger:
+    """Asks for a cycle before the period is up: pods that arrive are decided at once, as
+    kube-scheduler decides a pod as soon as it is queued, instead of waiting up to a whole period
+    (Volcano's fixed tick). Called on the event loop (the informers deliver there)."""
+
+    def __init__(self) -> None:
+        self._asked = anyio.Event()
+
+    def ask(self) -> None:
+        self._asked.set()
+
+    def asked(self) -> bool:
+        return self._asked.is_set()
+
+    async def wait(self) -> None:
+        await self._asked.wait()
+
+    def reset(self) -> None:
+        if self._asked.is_set():
+            self._asked = anyio.Event()
+
+
+# The least time between the starts of two cycles a trigger asks for, so a burst of arrivals is
+# decided in a few cycles rather than one cycle per pod.
+DEFAULT_MIN_CYCLE_INTERVAL_S = 0.02
+# How often the frozen long-lived objects are unfrozen and a full collection runs, so cyclic
+# garbage frozen with them is still reclaimed.
+DEFAULT_FULL_COLLECTION_EVERY_S = 300.0
+
+
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the collector's generations (gc.freeze). After a cycle
+    that is mostly the cache (nodes, tasks, topologies): long-lived, and otherwise walked by every
+    full collection. Objects freed later by reference counting are freed as usual."""
+    gc.freeze()
+
+
+def collect_frozen() -> None:
+    """A full collection of everything, frozen objects included (the cyclic garbage frozen with
+    the cache is reclaimed here); the next cycle freezes what is left."""
+    gc.unfreeze()
+    gc.collect()
+
+
+async def _wait_for_next_cycle(
+    stop: anyio.Event, trigger: CycleTrigger | None, started: float, period_s: float, min_interval_s: float
+) -> None:
+    """Until the period is up, or a trigger asks (but not sooner than min_interval_s after the
+    last cycle started), or a stop."""
+    with anyio.move_on_after(max(0.0, period_s - (time.monotonic() - started))):
+        async with anyio.create_task_group() as group:
+
+            async def on_stop() -> None:
+                await stop.wait()
+                group.cancel_scope.cancel()
+
+            async def on_trigger() -> None:
+                assert trigger is not None
+                await trigger.wait()
+                await anyio.sleep(max(0.0, min_interval_s - (time.monotonic() - started)))
+                group.cancel_scope.cancel()
+
+            group.start_soon(on_stop)
+            if trigger is not None:
+                group.start_soon(on_trigger)
+
+
 async def run_loop(
     cache: CacheLike,
     current_config: Callable[[], SchedulerConfig],
@@ -536,17 +608,29 @@ async def run_loop(
     backoff: PodBackoff | None = None,
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     on_plugin_fault: Callable[[PluginFault], None] | None = None,
+    trigger: CycleTrigger | None = None,
+    min_cycle_interval_s: float = DEFAULT_MIN_CYCLE_INTERVAL_S,
+    full_collection_every_s: float = DEFAULT_FULL_COLLECTION_EVERY_S,
 ) -> int:
     """Run a cycle every period (measured start to start) until `stop` is set; the config is
     read afresh each cycle so a reload takes effect at the next one. A cycle that fails is logged
-    and the loop goes on. Pods whose plugins raised sit out their backoff. Returns the number of
-    cycles run."""
+    and the loop goes on. Pods whose plugins raised sit out their backoff. A trigger starts the
+    next cycle early (pods arrived). After each cycle the long-lived objects are frozen out of the
+    collector, and every full_collection_every_s they are collected in full. Returns the number
+    of cycles run."""
     if not math.isfinite(period_s) or period_s <= 0:
         raise ValueError(f"schedule period must be a positive number of seconds, got {period_s!r}")
     pod_backoff = backoff if backoff is not None else PodBackoff()
     cycles = 0
+    last_full_collection = time.monotonic()
     while not stop.is_set():
         started = time.monotonic()
+        if trigger is not None:
+            # Arrivals from now on are for the next cycle; this one's snapshot sees those before.
+            trigger.reset()
+        if started - last_full_collection >= full_collection_every_s:
+            collect_frozen()
+            last_full_collection = started
         try:
             result = await schedule_cycle(
                 cache,
@@ -572,6 +656,5 @@ async def run_loop(
             if on_cycle is not None:
                 on_cycle(result)
         cycles += 1
-        with anyio.move_on_after(max(0.0, period_s - (time.monotonic() - started))):
-            await stop.wait()
+        await _wait_for_next_cycle(stop, trigger, started, period_s, min_cycle_interval_s)
     return cycles

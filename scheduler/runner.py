@@ -24,6 +24,7 @@ from kubernetes_asyncio import client, config
 
 from numasched.cache.binder import BindStatus
 from numasched.cache.cache import Cache
+from numasched.cache.events import EventType, ObjectEvent
 from numasched.cache.kube.binder import DEFAULT_REPEAT_INTERVAL_S, KubeBinder, KubeStatusReporter
 from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, Informer, InformerTiming
 from numasched.cache.kube.problems import ObjectProblemWriter
@@ -49,6 +50,7 @@ from numasched.scheduler.loop import (
     DEFAULT_SHUTDOWN_GRACE_S,
     BackoffPolicy,
     CycleResult,
+    CycleTrigger,
     PodBackoff,
     run_loop,
 )
@@ -202,6 +204,33 @@ async def client_configuration(kubeconfig: str | None, context: str | None = Non
     return configuration
 
 
+class ArrivalWatch:
+    """What the informers deliver to: the cache, and a cycle trigger pulled when a new pod of
+    ours arrives without a node. Only additions trigger: an update (our own status report on a
+    pod that does not fit) must not start cycle after cycle."""
+
+    def __init__(self, cache: Cache, trigger: CycleTrigger, scheduler_names: frozenset[str]) -> None:
+        self._cache = cache
+        self._trigger = trigger
+        self._scheduler_names = scheduler_names
+
+    def _waiting(self, obj: Mapping[str, Any]) -> bool:
+        spec = obj.get("spec")
+        if not isinstance(spec, Mapping) or spec.get("nodeName"):
+            return False
+        return spec.get("schedulerName") in self._scheduler_names
+
+    def apply(self, event: ObjectEvent) -> None:
+        self._cache.apply(event)
+        if event.kind == "Pod" and event.type is EventType.ADDED and self._waiting(event.obj):
+            self._trigger.ask()
+
+    def replace(self, kind: str, objects: list[Mapping[str, Any]]) -> None:
+        self._cache.replace(kind, objects)
+        if kind == "Pod" and any(self._waiting(obj) for obj in objects):
+            self._trigger.ask()
+
+
 class SchedulerRunner:
     """One scheduler instance: informers, health, leader election, the loop."""
 
@@ -235,8 +264,13 @@ class SchedulerRunner:
             if options.config_map is not None
             else None
         )
+        # Set when a pod of ours arrives unbound: the loop decides it now, not at the next tick.
+        self.cycle_trigger = CycleTrigger()
         self.informers: list[Informer] = build_informers(
-            api_client, self.cache, config_feed=self.config_feed, timing=options.informer_timing
+            api_client,
+            ArrivalWatch(self.cache, self.cycle_trigger, frozenset(options.scheduler_names)),
+            config_feed=self.config_feed,
+            timing=options.informer_timing,
         )
         self.elector = (
             LeaderElector(
@@ -435,6 +469,7 @@ class SchedulerRunner:
             backoff=self.pod_backoff,
             shutdown_grace_s=self.options.shutdown_grace,
             on_plugin_fault=self._count_plugin_fault,
+            trigger=self.cycle_trigger,
         )
 
 
