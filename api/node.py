@@ -19,7 +19,7 @@ import attrs
 from numasched.api.allocation import PodAllocation
 from numasched.api.idset import IdSet
 from numasched.api.resource import Resource
-from numasched.api.task import QosClass, TaskInfo, TaskStatus
+from numasched.api.task import QosClass, TaskInfo, TaskStatus, pod_whole_cpus
 from numasched.api.topology import CpuManagerPolicy, NumaTopology
 
 
@@ -71,30 +71,13 @@ class NumaUsage:
         )
 
 
-def _whole_cpus(milli_cpu: float) -> int:
-    """The CPU count when a request is a positive whole number of CPUs, else 0."""
-    rounded = round(milli_cpu)
-    if rounded <= 0 or abs(milli_cpu - rounded) > 1e-6 or rounded % 1000 != 0:
-        return 0
-    return rounded // 1000
-
-
 def exclusive_cpus(task: TaskInfo) -> int:
     """CPUs a static CPU manager pins for the pod at most: Guaranteed QoS, containers with a whole
     CPU count; the larger of its init phase (sidecars plus the largest init container) and its
     steady state (app containers plus sidecars)."""
     if task.qos is not QosClass.GUARANTEED:
         return 0
-    by_init = by_sidecars = by_apps = 0
-    for container in task.containers:
-        cpus = _whole_cpus(container.requests.milli_cpu)
-        if container.init and container.sidecar:
-            by_sidecars += cpus
-        elif container.init:
-            by_init = max(by_init, by_sidecars + cpus)
-        else:
-            by_apps += cpus
-    return max(by_init, by_apps + by_sidecars)
+    return pod_whole_cpus(task.containers)
 
 
 def pinned_holdings(task: TaskInfo, topology: NumaTopology) -> dict[str, int]:

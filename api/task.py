@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 import attrs
 
@@ -113,3 +114,28 @@ class TaskInfo:
 
     def clone(self) -> TaskInfo:
         return attrs.evolve(self, resreq=self.resreq.clone(), init_resreq=self.init_resreq.clone())
+
+
+def whole_cpus(milli_cpu: float) -> int:
+    """The CPU count when a request is a positive whole number of CPUs, else 0 (the static CPU
+    manager pins CPUs only for such requests)."""
+    rounded = round(milli_cpu)
+    if rounded <= 0 or abs(milli_cpu - rounded) > 1e-6 or rounded % 1000 != 0:
+        return 0
+    return rounded // 1000
+
+
+def pod_whole_cpus(containers: Iterable[ContainerInfo]) -> int:
+    """Whole CPUs a pod's containers ask for at most at one time: the larger of its init phase
+    (sidecars started so far plus the init container running) and its steady state (app
+    containers plus sidecars), as the kubelet's pod-scope CPU accounting sums them."""
+    by_init = by_sidecars = by_apps = 0
+    for container in containers:
+        cpus = whole_cpus(container.requests.milli_cpu)
+        if container.init and container.sidecar:
+            by_sidecars += cpus
+        elif container.init:
+            by_init = max(by_init, by_sidecars + cpus)
+        else:
+            by_apps += cpus
+    return max(by_init, by_apps + by_sidecars)

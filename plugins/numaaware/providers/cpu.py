@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -21,7 +21,7 @@ import structlog
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
-from numasched.api.task import ContainerInfo, QosClass
+from numasched.api.task import ContainerInfo, QosClass, pod_whole_cpus, whole_cpus
 from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyScope
 from numasched.plugins.numaaware.providers.base import (
     NUMA_AWARE_PLUGIN,
@@ -222,36 +222,13 @@ def take_by_topology(
 # -- which containers get exclusive CPUs ------------------------------------------------------------
 
 
-def _whole_cpus(milli_cpu: float) -> int:
-    """The CPU count when a request is a positive whole number of CPUs, else 0."""
-    rounded = round(milli_cpu)
-    if rounded <= 0 or abs(milli_cpu - rounded) > 1e-6 or rounded % 1000 != 0:
-        return 0
-    return rounded // 1000
-
-
-def _pod_guaranteed_cpus(containers: Iterable[ContainerInfo]) -> int:
-    by_init = 0
-    by_sidecars = 0
-    by_apps = 0
-    for container in containers:
-        cpus = _whole_cpus(container.requests.milli_cpu)
-        if container.init and container.sidecar:
-            by_sidecars += cpus
-        elif container.init:
-            by_init = max(by_init, by_sidecars + cpus)
-        else:
-            by_apps += cpus
-    return max(by_init, by_apps + by_sidecars)
-
-
 def guaranteed_cpus(request: HintRequest) -> int:
     """Exclusive CPUs the static policy gives this request; 0 means the shared pool."""
     if request.qos != QosClass.GUARANTEED:
         return 0
     if request.scope == TopologyScope.POD and request.containers:
-        return _pod_guaranteed_cpus(request.containers)
-    return _whole_cpus(request.requests.milli_cpu)
+        return pod_whole_cpus(request.containers)
+    return whole_cpus(request.requests.milli_cpu)
 
 
 # -- hints ------------------------------------------------------------------------------------------
@@ -396,7 +373,7 @@ class CpuHintProvider:
         available = free.cpus & topology.allocatable_cpus
         if request.scope == TopologyScope.POD and request.containers:
             units = [
-                (container.name, container.init and not container.sidecar, _whole_cpus(container.requests.milli_cpu))
+                (container.name, container.init and not container.sidecar, whole_cpus(container.requests.milli_cpu))
                 for container in _containers_in_order(request)
             ]
             if request.qos != QosClass.GUARANTEED:
