@@ -156,7 +156,9 @@ def server_process(connection: multiprocessing.connection.Connection, arguments:
     asyncio.run(serve(connection, arguments))
 
 
-def summarise(arguments: dict[str, Any], report: dict[str, Any], peak_rss_kib: int) -> dict[str, Any]:
+def summarise(
+    arguments: dict[str, Any], report: dict[str, Any], peak_rss_kib: int, cpu_s: float, cycles: int
+) -> dict[str, Any]:
     created: dict[str, float] = report["created"]
     bound = {name: at for name, at in report["bound"].items() if name in created}
     summary: dict[str, Any] = {
@@ -168,6 +170,8 @@ def summarise(arguments: dict[str, Any], report: dict[str, Any], peak_rss_kib: i
         "schedule_period_s": arguments["period"],
         "bind_concurrency": arguments["bind_concurrency"],
         "scheduler_peak_rss_mib": round(peak_rss_kib / 1024, 1),
+        "scheduler_cpu_s": round(cpu_s, 2),
+        "cycles": cycles,
     }
     if not bound:
         return summary
@@ -215,7 +219,8 @@ async def run_scheduler(arguments: dict[str, Any]) -> dict[str, Any]:
         process.join(timeout=10)
         if process.is_alive():
             process.terminate()
-    return summarise(arguments, report, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return summarise(arguments, report, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, runner.cycles)
 
 
 def parse_arguments(argv: list[str] | None = None) -> dict[str, Any]:
