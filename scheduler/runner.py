@@ -26,7 +26,7 @@ from numasched.cache.binder import BindStatus
 from numasched.cache.cache import Cache
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.cache.kube.binder import DEFAULT_REPEAT_INTERVAL_S, KubeBinder, KubeStatusReporter
-from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, Informer, InformerTiming
+from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, EventSink, Informer, InformerTiming
 from numasched.cache.kube.problems import ObjectProblemWriter
 from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef, build_informers
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE
@@ -209,7 +209,7 @@ class ArrivalWatch:
     ours arrives without a node. Only additions trigger: an update (our own status report on a
     pod that does not fit) must not start cycle after cycle."""
 
-    def __init__(self, cache: Cache, trigger: CycleTrigger, scheduler_names: frozenset[str]) -> None:
+    def __init__(self, cache: EventSink, trigger: CycleTrigger, scheduler_names: frozenset[str]) -> None:
         self._cache = cache
         self._trigger = trigger
         self._scheduler_names = scheduler_names

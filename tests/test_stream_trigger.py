@@ -1,0 +1,152 @@
+"""A new pod starts the next cycle without waiting for the period; only additions of unbound pods
+of ours pull the trigger; the cache is frozen out of the collector after a cycle."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from numasched.api.allocation import PodAllocation
+from numasched.api.snapshot import ClusterSnapshot
+from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
+from numasched.cache.events import EventType, ObjectEvent
+from numasched.conf.model import SchedulerConfig
+from numasched.scheduler.loop import CycleResult, CycleTrigger, collect_frozen, run_loop, schedule_cycle
+from numasched.scheduler.registry import default_registry
+from numasched.scheduler.runner import ArrivalWatch
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class EmptyCache:
+    def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot()
+
+    def assume(self, task_uid: str, node_name: str, allocation: PodAllocation | None) -> None:
+        raise AssertionError("nothing to assume")
+
+    def forget(self, task_uid: str) -> None:
+        raise AssertionError("nothing to forget")
+
+
+class NoBinder:
+    async def bind(self, request: BindRequest) -> BindOutcome:
+        return BindOutcome(BindStatus.FAILED, "not expected")
+
+
+class NoReporter:
+    async def scheduled(self, task: Any, node_name: str) -> None: ...
+
+    async def unschedulable(self, task: Any, message: str) -> None: ...
+
+    async def job_status(self, job: Any, phase: str, message: str) -> None: ...
+
+
+@pytest.mark.anyio
+async def test_a_trigger_starts_the_next_cycle_long_before_the_period() -> None:
+    stop = anyio.Event()
+    trigger = CycleTrigger()
+    starts: list[float] = []
+
+    def on_cycle(result: CycleResult) -> None:
+        starts.append(time.monotonic())
+        if len(starts) == 2:
+            stop.set()
+
+    config = SchedulerConfig(actions=("allocate",))
+    async with anyio.create_task_group() as group:
+        group.start_soon(
+            lambda: run_loop(
+                EmptyCache(),
+                lambda: config,
+                default_registry(),
+                NoBinder(),
+                NoReporter(),
+                period_s=30.0,
+                stop=stop,
+                on_cycle=on_cycle,
+                trigger=trigger,
+                min_cycle_interval_s=0.05,
+            )
+        )
+        with anyio.fail_after(10):
+            while not starts:
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.2)
+            # Idle: no second cycle before the 30 s period.
+            assert len(starts) == 1
+            trigger.ask()
+            while len(starts) < 2:
+                await anyio.sleep(0.01)
+    assert starts[1] - starts[0] < 5.0
+
+
+class RecordingCache:
+    def __init__(self) -> None:
+        self.events: list[ObjectEvent] = []
+        self.replaced: list[str] = []
+
+    def apply(self, event: ObjectEvent) -> None:
+        self.events.append(event)
+
+    def replace(self, kind: str, objects: list[Mapping[str, Any]]) -> None:
+        self.replaced.append(kind)
+
+
+def pod(name: str, *, scheduler: str = "numasched", node: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": []}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("event", "pulls"),
+    [
+        (ObjectEvent("Pod", EventType.ADDED, pod("new")), True),
+        (ObjectEvent("Pod", EventType.MODIFIED, pod("reported")), False),
+        (ObjectEvent("Pod", EventType.ADDED, pod("theirs", scheduler="default-scheduler")), False),
+        (ObjectEvent("Pod", EventType.ADDED, pod("bound", node="n0")), False),
+        (ObjectEvent("Pod", EventType.ADDED, {"kind": "Pod", "metadata": {"name": "odd"}, "spec": "not a map"}), False),
+        (ObjectEvent("Node", EventType.ADDED, {"kind": "Node", "metadata": {"name": "n0"}}), False),
+    ],
+)
+def test_only_a_new_unbound_pod_of_ours_pulls_the_trigger(event: ObjectEvent, pulls: bool) -> None:
+    cache = RecordingCache()
+    trigger = CycleTrigger()
+    watch = ArrivalWatch(cache, trigger, frozenset({"numasched"}))
+    watch.apply(event)
+    assert cache.events == [event]
+    assert trigger.asked() is pulls
+
+
+def test_a_relist_with_a_waiting_pod_pulls_the_trigger() -> None:
+    cache = RecordingCache()
+    trigger = CycleTrigger()
+    watch = ArrivalWatch(cache, trigger, frozenset({"numasched"}))
+    watch.replace("Pod", [pod("bound", node="n0")])
+    assert not trigger.asked()
+    watch.replace("Pod", [pod("bound", node="n0"), pod("waiting")])
+    assert trigger.asked()
+    assert cache.replaced == ["Pod", "Pod"]
+
+
+@pytest.mark.anyio
+async def test_a_cycle_freezes_what_is_alive_and_a_full_collection_unfreezes_it() -> None:
+    collect_frozen()
+    assert gc.get_freeze_count() == 0
+    config = SchedulerConfig(actions=("allocate",))
+    await schedule_cycle(EmptyCache(), config, default_registry(), NoBinder(), NoReporter())
+    assert gc.get_freeze_count() > 0
+    collect_frozen()
+    assert gc.get_freeze_count() == 0
+    await schedule_cycle(EmptyCache(), config, default_registry(), NoBinder(), NoReporter(), freeze=False)
+    assert gc.get_freeze_count() == 0
