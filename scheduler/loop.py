@@ -445,8 +445,8 @@ async def schedule_cycle(
     """One cycle. Each job is assumed and handed to the bind workers as soon as the session
     commits it, so binding overlaps with deciding. Once `stop` is set the session decides nothing
     more, no bind or report that was not sent yet is sent, and the binds in flight get
-    shutdown_grace_s to finish. With freeze, what is alive at the end (the cache) is frozen out
-    of the garbage collector's generations."""
+    shutdown_grace_s to finish. With freeze, what is alive once the snapshot is taken (the
+    cache, the snapshot) sits out the garbage collector's generations until the cycle ends."""
     started = time.monotonic()
     snapshot = cache.snapshot()
     # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
@@ -463,6 +463,8 @@ async def schedule_cycle(
     session = functools.partial(run_session, should_stop=stopping, held_back=held_back, on_commit=stream.publish)
     failure: Exception | None = None
     result = SessionResult(stopped=True)
+    if freeze:
+        freeze_long_lived()
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(
@@ -498,6 +500,8 @@ async def schedule_cycle(
                         send.send_nowait(_ReportWork(_job_call(update, reporter), update.job.key))
     finally:
         stream.forget_unsent()
+        if freeze:
+            thaw_long_lived()
     if failure is not None:
         raise failure
     if stopping():
@@ -512,8 +516,6 @@ async def schedule_cycle(
             node=eviction.node_name,
             reason=eviction.reason,
         )
-    if freeze:
-        freeze_long_lived()
     seconds = time.monotonic() - started
     _log.debug(
         "cycle done",
@@ -562,23 +564,20 @@ class CycleTrigger:
 # The least time between the starts of two cycles a trigger asks for, so a burst of arrivals is
 # decided in a few cycles rather than one cycle per pod.
 DEFAULT_MIN_CYCLE_INTERVAL_S = 0.02
-# How often the frozen long-lived objects are unfrozen and a full collection runs, so cyclic
-# garbage frozen with them is still reclaimed.
-DEFAULT_FULL_COLLECTION_EVERY_S = 300.0
 
 
 def freeze_long_lived() -> None:
-    """Move every object alive now out of the collector's generations (gc.freeze). After a cycle
-    that is mostly the cache (nodes, tasks, topologies): long-lived, and otherwise walked by every
-    full collection. Objects freed later by reference counting are freed as usual."""
+    """Move every object alive now (the cache and the cycle's snapshot of it) out of the
+    collector's generations for the session (gc.freeze): the collections the session's own
+    allocations trigger then walk only what the session made, not the whole cluster again and
+    again. Objects freed by reference counting are freed as usual while frozen."""
     gc.freeze()
 
 
-def collect_frozen() -> None:
-    """A full collection of everything, frozen objects included (the cyclic garbage frozen with
-    the cache is reclaimed here); the next cycle freezes what is left."""
+def thaw_long_lived() -> None:
+    """Back into the collector after the session (gc.unfreeze), so cyclic garbage among them
+    (the snapshot's, a deleted pod's) is reclaimed by the ordinary collections."""
     gc.unfreeze()
-    gc.collect()
 
 
 async def _wait_for_next_cycle(
@@ -621,27 +620,20 @@ async def run_loop(
     on_plugin_fault: Callable[[PluginFault], None] | None = None,
     trigger: CycleTrigger | None = None,
     min_cycle_interval_s: float = DEFAULT_MIN_CYCLE_INTERVAL_S,
-    full_collection_every_s: float = DEFAULT_FULL_COLLECTION_EVERY_S,
 ) -> int:
     """Run a cycle every period (measured start to start) until `stop` is set; the config is
     read afresh each cycle so a reload takes effect at the next one. A cycle that fails is logged
     and the loop goes on. Pods whose plugins raised sit out their backoff. A trigger starts the
-    next cycle early (pods arrived). After each cycle the long-lived objects are frozen out of the
-    collector, and every full_collection_every_s they are collected in full. Returns the number
-    of cycles run."""
+    next cycle early (pods arrived). Returns the number of cycles run."""
     if not math.isfinite(period_s) or period_s <= 0:
         raise ValueError(f"schedule period must be a positive number of seconds, got {period_s!r}")
     pod_backoff = backoff if backoff is not None else PodBackoff()
     cycles = 0
-    last_full_collection = time.monotonic()
     while not stop.is_set():
         started = time.monotonic()
         if trigger is not None:
             # Arrivals from now on are for the next cycle; this one's snapshot sees those before.
             trigger.reset()
-        if started - last_full_collection >= full_collection_every_s:
-            collect_frozen()
-            last_full_collection = started
         try:
             result = await schedule_cycle(
                 cache,
