@@ -274,7 +274,6 @@ class _BindStream:
         self._waiting: list[BindRequest] = []
         self._wake_scheduled = False
         self._wake_interval_s = wake_interval_s
-        self._last_wake = -math.inf
         # Assumed and queued, in commit order: what the cycle hands to the binder.
         self.delivered: list[BindRequest] = []
         # Assumed and queued but not taken by a bind worker yet: forgotten if never sent.
@@ -286,13 +285,10 @@ class _BindStream:
         with self._lock:
             self._waiting.extend(requests)
             if self._wake_scheduled:
-                return
-            now = time.monotonic()
-            if now - self._last_wake < self._wake_interval_s:
-                # Woken a moment ago: these go with the next job's wake, or at the session's end.
+                # A wake is on its way, or one was just handled and the loop looks again within
+                # the wake interval: these go with it.
                 return
             self._wake_scheduled = True
-            self._last_wake = now
         try:
             self._loop.call_soon_threadsafe(self.deliver)
         except RuntimeError:
@@ -300,10 +296,14 @@ class _BindStream:
             return
 
     def deliver(self) -> None:
-        """On the loop: assume and queue what the session has committed so far."""
+        """On the loop: assume and queue what the session has committed so far. After a batch the
+        loop looks again one wake interval later instead of being woken per job, so the session
+        thread hands the GIL over at most once per interval and a committed job waits at most
+        that long."""
         with self._lock:
             batch, self._waiting = self._waiting, []
-            self._wake_scheduled = False
+            if not batch:
+                self._wake_scheduled = False
         for request in batch:
             if self._stopping():
                 self.dropped += 1
@@ -318,6 +318,8 @@ class _BindStream:
                 continue
             self.delivered.append(request)
             self.unsent[task.uid] = request
+        if batch:
+            self._loop.call_later(self._wake_interval_s, self.deliver)
 
     def taken(self, request: BindRequest) -> None:
         self.unsent.pop(request.task.uid, None)
