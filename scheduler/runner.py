@@ -101,7 +101,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--config-map", type=ConfigMapRef.parse, help="NAMESPACE/NAME[:KEY] of the scheduler ConfigMap (watched)"
     )
-    parser.add_argument("--schedule-period", type=parse_duration, default=1.0, help="longest wait between cycles (default 1s); a new pod starts one at once")
+    parser.add_argument(
+        "--schedule-period",
+        type=parse_duration,
+        default=1.0,
+        help="longest wait between cycles (default 1s); a new pod starts one at once",
+    )
     parser.add_argument(
         "--leader-elect", action=argparse.BooleanOptionalAction, default=True, help="run leader election (default on)"
     )
