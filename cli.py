@@ -17,8 +17,52 @@ from numasched.cli_exit_codes import EXIT_CONFIG
 from numasched.cli_input_files import InputFileError, read_yaml_file
 from numasched.logconfig import LEVELS, configure_logging
 
+# (name, help, description) of each command. A command's own arguments come from its module,
+# which for `run` and `exporter` imports the Kubernetes client and gRPC stubs (seconds of start-up):
+# only the command being run has its module imported, so `--help` and `simulate` stay light.
+COMMANDS = (
+    (
+        "simulate",
+        "schedule a cluster described in YAML files, in memory, and print the placements",
+        "Run the real scheduler on a simulated cluster until nothing more can be placed.",
+    ),
+    (
+        "run",
+        "run the scheduler against a Kubernetes cluster",
+        "Watch the cluster and schedule every pod whose spec.schedulerName is ours.",
+    ),
+    (
+        "exporter",
+        "run the node agent that discovers and publishes this node's topology",
+        "Discover NUMA, CPU, memory, GPU and NIC topology and publish a Numatopology object.",
+    ),
+)
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _add_command_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    if command == "simulate":
+        from numasched.scheduler.simulate import add_simulate_arguments
+
+        add_simulate_arguments(parser)
+    elif command == "run":
+        from numasched.scheduler.runner import add_run_arguments
+
+        add_run_arguments(parser)
+    else:
+        from numasched.exporter.command import add_exporter_arguments
+
+        add_exporter_arguments(parser)
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command named on the command line, if any (the first argument that is one)."""
+    names = {name for name, _, _ in COMMANDS}
+    return next((argument for argument in argv if argument in names), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with argv, only the command argv names gets its arguments (and its imports),
+    without it every command does."""
     parser = argparse.ArgumentParser(
         prog="numasched",
         description="Topology-aware secondary scheduler for Kubernetes.",
@@ -27,34 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", choices=LEVELS, help="log level (default: warning for simulate, else info)")
     parser.add_argument("--log-format", choices=("console", "json"), default=None, help="log format on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    from numasched.scheduler.simulate import add_simulate_arguments
-
-    add_simulate_arguments(
-        commands.add_parser(
-            "simulate",
-            help="schedule a cluster described in YAML files, in memory, and print the placements",
-            description="Run the real scheduler on a simulated cluster until nothing more can be placed.",
-        )
-    )
-    from numasched.scheduler.runner import add_run_arguments
-
-    add_run_arguments(
-        commands.add_parser(
-            "run",
-            help="run the scheduler against a Kubernetes cluster",
-            description="Watch the cluster and schedule every pod whose spec.schedulerName is ours.",
-        )
-    )
-    from numasched.exporter.command import add_exporter_arguments
-
-    add_exporter_arguments(
-        commands.add_parser(
-            "exporter",
-            help="run the node agent that discovers and publishes this node's topology",
-            description="Discover NUMA, CPU, memory, GPU and NIC topology and publish a Numatopology object.",
-        )
-    )
+    chosen = chosen_command(argv) if argv is not None else None
+    for name, help_text, description in COMMANDS:
+        command_parser = commands.add_parser(name, help=help_text, description=description)
+        if argv is None or name == chosen:
+            _add_command_arguments(name, command_parser)
     return parser
 
 
@@ -82,8 +103,8 @@ def kubeconfig_problem(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(arguments).parse_args(arguments)
     import anyio
 
     problem = kubeconfig_problem(args)
