@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from numasched.cli_durations import parse_duration
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.cli_input_files import InputFileError, read_yaml_file
 from numasched.exporter.gpus import GpuInventory, gpu_fingerprint, read_gpus
@@ -52,17 +52,6 @@ from numasched.exporter.usage import NodeUsage, read_checkpoints, with_pod_names
 from numasched.scheduler.health import parse_address
 
 log = structlog.get_logger("numasched.exporter")
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """ "5s", "5m", "250ms", "1h" or plain seconds, as seconds."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 5s, 5m, 250ms)")
-    return float(match[1]) * _UNITS[match[2]]
 
 
 def optional_path(text: str) -> Path | None:

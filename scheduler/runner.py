@@ -29,6 +29,7 @@ from numasched.cache.kube.binder import DEFAULT_REPEAT_INTERVAL_S, KubeBinder, K
 from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, EventSink, Informer, InformerTiming
 from numasched.cache.kube.problems import ObjectProblemWriter
 from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef, build_informers
+from numasched.cli_durations import parse_duration
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE
 from numasched.cli_exit_codes import EXIT_OK as EXIT_OK  # re-exported: tests and callers read it here
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
@@ -64,25 +65,6 @@ log = structlog.get_logger("numasched.runner")
 
 # Namespace of the pod, from the downward API or the service account mount.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def parse_duration(text: str) -> float:
-    """'1s', '500ms', '2m', '1.5' (seconds)."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    stripped = text.strip()
-    for suffix in ("ms", "s", "m", "h"):
-        if stripped.endswith(suffix):
-            number, scale = stripped[: -len(suffix)], units[suffix]
-            break
-    else:
-        number, scale = stripped, 1.0
-    try:
-        value = float(number) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 1s, 500ms, 2m)") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
-    return value
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

@@ -25,9 +25,11 @@ from numasched.cache.events import EventType, ObjectEvent
 from numasched.cache.kube.binder import KubeBinder, KubeStatusReporter
 from numasched.cache.kube.informer import Informer, InformerTiming
 from numasched.cache.kube.resources import ConfigMapRef
+from numasched.cli_durations import parse_duration
+from numasched.exporter.command import build_parser as exporter_parser
 from numasched.scheduler.health import HealthServer, parse_address
 from numasched.scheduler.metrics import SchedulerMetrics
-from numasched.scheduler.runner import add_run_arguments, parse_duration
+from numasched.scheduler.runner import add_run_arguments
 
 pytestmark = pytest.mark.anyio
 FAST = InformerTiming(request_timeout=2.0, watch_timeout=30, backoff_initial=0.02, backoff_cap=0.2, missing_retry=0.2)
@@ -261,8 +263,13 @@ def test_argument_parsing() -> None:
     assert parse_duration("500ms") == 0.5 and parse_duration("2m") == 120.0 and parse_duration("1.5") == 1.5
     with pytest.raises(argparse.ArgumentTypeError):
         parse_duration("soon")
-    with pytest.raises(argparse.ArgumentTypeError):
-        parse_duration("0s")
+    for bad in ("0s", "-1s", "inf", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_duration(bad)
+    # One parser for every command: the exporter, too, refuses a period that would spin.
+    with pytest.raises(SystemExit):
+        exporter_parser().parse_args(["--period", "0s"])
+    assert exporter_parser().parse_args(["--period", "250ms"]).period == 0.25
     assert ConfigMapRef.parse("kube-system/numasched") == ConfigMapRef("kube-system", "numasched")
     assert ConfigMapRef.parse("ns/cm:my.conf").key == "my.conf"
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
