@@ -331,43 +331,48 @@ class _BindStream:
         self.unsent.clear()
 
 
-async def _bind_one(
-    request: BindRequest,
-    cache: CacheLike,
-    binder: BinderLike,
-    reporter: ReporterLike,
-    timeout_s: float,
-    outcomes: dict[str, BindOutcome],
-    stopping: Callable[[], bool],
-) -> None:
+@attrs.frozen
+class _Binding:
+    """What every bind worker of one cycle shares: where binds go, where outcomes are recorded,
+    and whether a stop was asked for."""
+
+    cache: CacheLike
+    binder: BinderLike
+    reporter: ReporterLike
+    timeout_s: float
+    outcomes: dict[str, BindOutcome]
+    stopping: Callable[[], bool]
+
+
+async def _bind_one(request: BindRequest, binding: _Binding) -> None:
     task = request.task
     log = _log.bind(pod=task.key, node=request.node_name)
-    if stopping():
+    if binding.stopping():
         # Not sent yet, and a stop was asked for: it is not sent at all. The next leader
         # decides the pod again.
-        cache.forget(task.uid)
+        binding.cache.forget(task.uid)
         return
     try:
-        outcome = await _bounded(lambda: binder.bind(request), timeout_s)
+        outcome = await _bounded(lambda: binding.binder.bind(request), binding.timeout_s)
     except TimeoutError:
-        outcome = BindOutcome(BindStatus.FAILED, f"no answer within {timeout_s:g}s")
+        outcome = BindOutcome(BindStatus.FAILED, f"no answer within {binding.timeout_s:g}s")
     except Exception as error:  # the binder is I/O; whatever it raises fails this bind only
         outcome = BindOutcome(BindStatus.FAILED, f"{type(error).__name__}: {error}")
     except BaseException:
         # Cancelled (grace over, or leadership lost) with the answer unknown: the placement
         # is forgotten; if the bind did land, the pod's watch event brings it back.
-        cache.forget(task.uid)
+        binding.cache.forget(task.uid)
         raise
-    outcomes[task.uid] = outcome
+    binding.outcomes[task.uid] = outcome
     if outcome.status is BindStatus.BOUND:
         log.info("pod bound")
-        await _report(lambda: reporter.scheduled(task, request.node_name), log)
+        await _report(lambda: binding.reporter.scheduled(task, request.node_name), log)
         return
-    cache.forget(task.uid)
+    binding.cache.forget(task.uid)
     log.warning("bind failed, placement forgotten", status=outcome.status.value, message=outcome.message)
     if outcome.status is BindStatus.FAILED:
         message = f"binding to node {request.node_name} failed: {outcome.message}"
-        await _report(lambda: reporter.unschedulable(task, message), log)
+        await _report(lambda: binding.reporter.unschedulable(task, message), log)
 
 
 async def _report(call: Callable[[], Awaitable[None]], log: structlog.typing.FilteringBoundLogger) -> None:
@@ -377,23 +382,14 @@ async def _report(call: Callable[[], Awaitable[None]], log: structlog.typing.Fil
         log.warning("status report failed", error=f"{type(error).__name__}: {error}")
 
 
-async def _work_off(
-    receive: MemoryObjectReceiveStream[_Work],
-    stream: _BindStream,
-    cache: CacheLike,
-    binder: BinderLike,
-    reporter: ReporterLike,
-    timeout_s: float,
-    outcomes: dict[str, BindOutcome],
-    stopping: Callable[[], bool],
-) -> None:
+async def _work_off(receive: MemoryObjectReceiveStream[_Work], stream: _BindStream, binding: _Binding) -> None:
     """One of the cycle's bind workers: binds and reports, one at a time, in the order queued."""
     async with receive:
         async for work in receive:
             if isinstance(work, _BindWork):
                 stream.taken(work.request)
-                await _bind_one(work.request, cache, binder, reporter, timeout_s, outcomes, stopping)
-            elif not stopping():
+                await _bind_one(work.request, binding)
+            elif not binding.stopping():
                 await _report(work.call, _log.bind(subject=work.subject))
 
 
@@ -401,12 +397,7 @@ async def _run_workers(
     receive: MemoryObjectReceiveStream[_Work],
     workers: int,
     stream: _BindStream,
-    cache: CacheLike,
-    binder: BinderLike,
-    reporter: ReporterLike,
-    timeout_s: float,
-    outcomes: dict[str, BindOutcome],
-    stopping: Callable[[], bool],
+    binding: _Binding,
     stop: anyio.Event | None,
     shutdown_grace_s: float,
 ) -> None:
@@ -418,15 +409,13 @@ async def _run_workers(
                 watch.start_soon(_limit_to_grace, stop, sending, shutdown_grace_s)
             async with receive, anyio.create_task_group() as pool:
                 for _ in range(workers):
-                    pool.start_soon(
-                        _work_off, receive.clone(), stream, cache, binder, reporter, timeout_s, outcomes, stopping
-                    )
+                    pool.start_soon(_work_off, receive.clone(), stream, binding)
             watch.cancel_scope.cancel()
     if sending.cancelled_caught:
         _log.warning(
             "shutdown grace over; binds in flight abandoned",
             grace=shutdown_grace_s,
-            binds=len(stream.delivered) - len(outcomes),
+            binds=len(stream.delivered) - len(binding.outcomes),
         )
 
 
@@ -469,20 +458,8 @@ async def schedule_cycle(
         freeze_long_lived()
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(
-                _run_workers,
-                receive,
-                max(1, bind_concurrency),
-                stream,
-                cache,
-                binder,
-                reporter,
-                bind_timeout_s,
-                outcomes,
-                stopping,
-                stop,
-                shutdown_grace_s,
-            )
+            binding = _Binding(cache, binder, reporter, bind_timeout_s, outcomes, stopping)
+            group.start_soon(_run_workers, receive, max(1, bind_concurrency), stream, binding, stop, shutdown_grace_s)
             with send:
                 try:
                     # The session is CPU-bound; a worker thread keeps watch events and binds flowing.
