@@ -7,10 +7,16 @@ node's topology, is healthy, lies in what the topology source states is availabl
 our ledger (NumaUsage: decision annotations, overridden by the node's reported allocations).
 Pods that hold pinned CPUs or devices whose ids no source gives are "unknown holders": their
 counts are kept apart (NodeInfo.unknown_holders), since they could sit on any id that looks free.
+
+Freshness: every change to a node (a task added or removed, its NUMA ledger, unknown holders,
+topology) gives it a new `generation`, a number no other node state has had. Whatever is derived
+from a node (a predicate's answer, a score, an admission) is valid while the generation is the one
+it was derived at; the snapshot keeps the cache's generations, so this holds across cycles.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -21,6 +27,15 @@ from numasched.api.idset import IdSet
 from numasched.api.resource import Resource
 from numasched.api.task import QosClass, TaskInfo, TaskStatus, pod_whole_cpus
 from numasched.api.topology import CpuManagerPolicy, NumaTopology
+
+# The source of node generations: one counter for every NodeInfo, so two node states never share
+# a number (a session's copy and the cache's node may both change after the snapshot). Only
+# next_generation reads it; it holds no state anyone depends on but uniqueness.
+_GENERATIONS = itertools.count(1)
+
+
+def next_generation() -> int:
+    return next(_GENERATIONS)
 
 
 @attrs.frozen(slots=True)
@@ -37,11 +52,8 @@ class NumaUsage:
     cpus: IdSet = attrs.field(factory=IdSet)
     devices: dict[str, frozenset[str]] = attrs.field(factory=dict)
     memory: dict[str, dict[int, int]] = attrs.field(factory=dict)
-    # Bumped on every change, so what was derived from this usage can tell it is stale.
-    version: int = 0
 
     def add(self, allocation: PodAllocation) -> None:
-        self.version += 1
         self.cpus = self.cpus | allocation.cpus()
         for container in allocation.containers:
             for resource, ids in container.devices.items():
@@ -52,7 +64,6 @@ class NumaUsage:
                     used[numa] = used.get(numa, 0) + size
 
     def remove(self, allocation: PodAllocation) -> None:
-        self.version += 1
         self.cpus = self.cpus - allocation.cpus()
         for container in allocation.containers:
             for resource, ids in container.devices.items():
@@ -67,7 +78,6 @@ class NumaUsage:
             self.cpus,
             dict(self.devices),
             {resource: dict(per_numa) for resource, per_numa in self.memory.items()},
-            self.version,
         )
 
 
@@ -145,6 +155,13 @@ class NodeInfo:
     # By task uid; a holder counts only while its task is on the node (tasks), so an eviction or a
     # roll back that removes and re-adds the task keeps it.
     unknown_holders: dict[str, UnknownHolder] = attrs.field(factory=dict)
+    # This node state's number (next_generation); changed by every method that changes the node.
+    # Code that changes a field directly must call touch().
+    generation: int = attrs.field(factory=next_generation)
+
+    def touch(self) -> None:
+        """Mark the node changed: what was derived from its previous state is stale."""
+        self.generation = next_generation()
 
     @classmethod
     def create(cls, name: str, allocatable: Resource, capacity: Resource | None = None) -> NodeInfo:
@@ -188,10 +205,27 @@ class NodeInfo:
         """Record (or, with None, forget) what a task holds whose ids nobody knows."""
         if holder is None or not any(holder.holdings.values()):
             if self.unknown_holders.pop(task_uid, None) is not None:
-                self.numa_usage.version += 1
+                self.touch()
             return
         self.unknown_holders[task_uid] = holder
-        self.numa_usage.version += 1
+        self.touch()
+
+    def set_topology(self, topology: NumaTopology | None, error: str) -> None:
+        """Use this topology (or none, and why) for the node."""
+        if topology is not self.topology or error != self.topology_error:
+            self.topology = topology
+            self.topology_error = error
+            self.touch()
+
+    def replace_allocation(self, held: PodAllocation | None, decided: PodAllocation | None) -> None:
+        """A task on the node now holds `decided` instead of `held` in the NUMA ledger."""
+        if held is decided:
+            return
+        if held is not None:
+            self.numa_usage.remove(held)
+        if decided is not None:
+            self.numa_usage.add(decided)
+        self.touch()
 
     def unknown_holdings(self) -> dict[str, tuple[int, tuple[str, ...]]]:
         """Per resource: how many ids are held by pods whose ids are unknown, and those pods."""
@@ -220,9 +254,8 @@ class NodeInfo:
         self.used.add(task.resreq)
         if task.allocation is not None:
             self.numa_usage.add(task.allocation)
-        if task.uid in self.unknown_holders:
-            self.numa_usage.version += 1
         self.tasks[task.uid] = task
+        self.touch()
 
     def remove_task(self, task: TaskInfo) -> None:
         stored = self.tasks.pop(task.uid, None)
@@ -238,8 +271,7 @@ class NodeInfo:
         self.used.sub(stored.resreq)
         if stored.allocation is not None:
             self.numa_usage.remove(stored.allocation)
-        if stored.uid in self.unknown_holders:
-            self.numa_usage.version += 1
+        self.touch()
 
     def update_task(self, task: TaskInfo) -> None:
         self.remove_task(task)
@@ -267,4 +299,5 @@ class NodeInfo:
             topology_error=self.topology_error,
             numa_usage=self.numa_usage.clone(),
             unknown_holders=dict(self.unknown_holders),
+            generation=self.generation,
         )

@@ -357,8 +357,7 @@ class Cache:
         for name, base in self._nodes.items():
             node = base.clone()
             record, topology, error = self._usable_topology(name)
-            node.topology = topology
-            node.topology_error = error
+            node.set_topology(topology, error)
             if record is not None and topology is not None:
                 records[name] = record
             snapshot.nodes[name] = node

@@ -37,8 +37,9 @@ from numasched.cache.cache import Cache
 from numasched.cache.simcluster import SimCluster
 from numasched.conf.loader import load_config_text
 from numasched.conf.model import SchedulerConfig
-from numasched.scheduler.registry import Registry, default_registry
-from numasched.scheduler.statement import Statement
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.statement import Statement
 
 _COMMON_TIERS = """\
 actions: "enqueue, allocate, backfill"

@@ -35,8 +35,8 @@ from bench_workload import MIXES, SCHEDULER_NAME, batches, generate_cluster, gen
 from numasched.cache.cache import Cache  # noqa: E402
 from numasched.cache.simcluster import SimCluster  # noqa: E402
 from numasched.logconfig import configure_logging  # noqa: E402
+from numasched.scheduler.builtin import default_registry  # noqa: E402
 from numasched.scheduler.loop import schedule_cycle  # noqa: E402
-from numasched.scheduler.registry import default_registry  # noqa: E402
 from numasched.scheduler.simulate import load_config as load_simulate_config  # noqa: E402
 from numasched.scheduler.simulate import read_inputs, simulate  # noqa: E402
 

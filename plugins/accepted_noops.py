@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import structlog
 
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.plugin import PluginBuilder
-from numasched.scheduler.session import Session
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.plugin import PluginBuilder
+from numasched.scheduler.framework.session import Session
 
 _log = structlog.get_logger(__name__)
 

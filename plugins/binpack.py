@@ -23,8 +23,8 @@ import structlog
 from numasched.api.node import NodeInfo
 from numasched.api.resource import CPU, MEMORY, Resource
 from numasched.api.task import TaskInfo
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Session
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Session
 
 PLUGIN_NAME = "binpack"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from numasched.api.task import TaskInfo
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import PERMIT, Session
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import PERMIT, Session
 
 PLUGIN_NAME = "conformance"
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})

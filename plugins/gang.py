@@ -7,9 +7,9 @@ pipelined once placed plus pipelined tasks reach minAvailable; jobs not yet read
 from __future__ import annotations
 
 from numasched.api.job import JobInfo
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import PERMIT, REJECT, Session
-from numasched.scheduler.status import ValidateResult
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import PERMIT, REJECT, Session
+from numasched.scheduler.framework.status import ValidateResult
 
 PLUGIN_NAME = "gang"
 NOT_ENOUGH_TASKS = "NotEnoughTasks"

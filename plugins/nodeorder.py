@@ -23,8 +23,8 @@ import attrs
 from numasched.api.node import NodeInfo, Taint
 from numasched.api.task import TaskInfo, Toleration
 from numasched.plugins.predicates import tolerates
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Event, EventHandler, Session
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Session
 
 PLUGIN_NAME = "nodeorder"
 
@@ -253,9 +253,8 @@ class NodeOrderPlugin:
         self.weights = NodeOrderWeights.from_arguments(arguments)
         # A task's requests do not change within a session; a node may hold many tasks.
         self._requests: dict[str, tuple[int, int]] = {}
-        # Node name -> (task count, non-zero CPU, non-zero memory) of what the node holds; every
-        # candidate node is scored for every task, while a node's tasks change only on an
-        # allocate / deallocate event (which drops the entry).
+        # Node name -> (generation, non-zero CPU, non-zero memory) of what the node holds: every
+        # candidate node is scored for every task, and the sum holds while the node is unchanged.
         self._node_requested: dict[str, tuple[int, int, int]] = {}
 
     def _request_of(self, task: TaskInfo) -> tuple[int, int]:
@@ -266,15 +265,11 @@ class NodeOrderPlugin:
 
     def _requested_on(self, node: NodeInfo) -> tuple[int, int]:
         cached = self._node_requested.get(node.name)
-        # The task count guards against a change that came without an event.
-        if cached is not None and cached[0] == len(node.tasks):
+        if cached is not None and cached[0] == node.generation:
             return cached[1], cached[2]
         cpu, memory = node_non_zero_requested(node, self._request_of)
-        self._node_requested[node.name] = (len(node.tasks), cpu, memory)
+        self._node_requested[node.name] = (node.generation, cpu, memory)
         return cpu, memory
-
-    def _forget_node(self, event: Event) -> None:
-        self._node_requested.pop(event.node.name, None)
 
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         return node_score(task, node, self.weights, self._request_of, self._requested_on)
@@ -288,7 +283,6 @@ class NodeOrderPlugin:
         self._node_requested.clear()
         if self.weights.any_resource_score():
             ssn.add_node_order_fn(self.name, self.score)
-            ssn.add_event_handler(EventHandler(allocate=self._forget_node, deallocate=self._forget_node))
         if self.weights.taint_toleration:
             ssn.add_batch_node_order_fn(self.name, self.batch_score)
 

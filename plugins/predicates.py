@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from numasched.api.node import NodeInfo, Taint
 from numasched.api.resource import Resource
 from numasched.api.task import NodeSelectorRequirement, NodeSelectorTerm, TaskInfo, Toleration
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Session
-from numasched.scheduler.status import SUCCESS, Status, StatusCode
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
 PLUGIN_NAME = "predicates"
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 
 from numasched.api.job import JobInfo
 from numasched.api.task import TaskInfo
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Session
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Session
 
 PLUGIN_NAME = "priority"
 

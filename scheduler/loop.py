@@ -34,10 +34,10 @@ from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.conf.model import SchedulerConfig
-from numasched.scheduler.registry import Registry
-from numasched.scheduler.session import JobUpdate, PluginOpenError, Session
-from numasched.scheduler.statement import CommittedBinds, Eviction
-from numasched.scheduler.status import PluginFault
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.session import JobUpdate, PluginOpenError, Session
+from numasched.scheduler.framework.statement import CommittedBinds, Eviction
+from numasched.scheduler.framework.status import PluginFault
 
 _log = structlog.get_logger(__name__)
 

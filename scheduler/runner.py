@@ -36,6 +36,9 @@ from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
 from numasched.conf.loader import ConfigError
 from numasched.conf.watch import ConfigSource, watch_config_file
 from numasched.logconfig import configure_logging
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.status import PluginFault
 from numasched.scheduler.health import HealthServer
 from numasched.scheduler.leader import (
     DEFAULT_LEASE_TIMING,
@@ -56,8 +59,6 @@ from numasched.scheduler.loop import (
     run_loop,
 )
 from numasched.scheduler.metrics import SchedulerMetrics
-from numasched.scheduler.registry import Registry, default_registry
-from numasched.scheduler.status import PluginFault
 
 log = structlog.get_logger("numasched.runner")
 

@@ -22,8 +22,9 @@ from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_OK, EXIT_UNPL
 from numasched.cli_input_files import InputFileError, read_yaml_file
 from numasched.conf.loader import ConfigError, load_config_text, read_config_file
 from numasched.conf.model import SchedulerConfig
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.loop import schedule_cycle
-from numasched.scheduler.registry import Registry, default_registry
 from numasched.scheduler.simulate_report import SimulationReport, build_report, render
 
 log = structlog.get_logger("numasched.simulate")

@@ -31,7 +31,7 @@ from numasched.cache.events import EventType, ObjectEvent
 from numasched.cache.pod_fingerprint import pods_fingerprint, xxh64
 from numasched.conf.loader import ConfigError, load_config_text
 from numasched.plugins.numaaware.providers.cpu import cpu_hints
-from numasched.scheduler.registry import default_registry
+from numasched.scheduler.builtin import default_registry
 
 GPU = "nvidia.com/gpu"
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -16,7 +16,7 @@ from numasched.api.idset import IdSet
 from numasched.cache.cache import Cache
 from numasched.cache.simcluster import SimCluster
 from numasched.conf.loader import load_config_text
-from numasched.scheduler.registry import default_registry
+from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.simulate import simulate
 from numasched.scheduler.simulate_report import build_report, report_document
 

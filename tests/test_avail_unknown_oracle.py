@@ -33,8 +33,8 @@ from numasched.api.topology import (
 )
 from numasched.cache.binder import binding_annotations
 from numasched.plugins.numaaware.plugin import NumaAwarePlugin
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Event
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Event
 
 GPU = "nvidia.com/gpu"
 

@@ -239,7 +239,7 @@ def test_stranded_gpus_against_pending_requests(hack: None) -> None:
 
 def test_small_run_measures_decisions_and_restores_the_scheduler(hack: None, tmp_path: Path) -> None:
     import numasched.scheduler.actions.allocate as allocate_action
-    from numasched.scheduler.statement import Statement
+    from numasched.scheduler.framework.statement import Statement
 
     original = (allocate_action.feasible_nodes, Statement.allocate)
     RunSpec = hack_module("bench_run").RunSpec

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from numasched.conf.loader import ConfigError, load_config_text
 from numasched.conf.watch import ConfigSource
-from numasched.scheduler.arguments import Arguments, PluginArgumentError
-from numasched.scheduler.plugin import Plugin
-from numasched.scheduler.registry import Registry, default_registry
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
+from numasched.scheduler.framework.plugin import Plugin
+from numasched.scheduler.framework.registry import Registry
 
 GOOD = """\
 actions: "enqueue, allocate"

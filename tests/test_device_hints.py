@@ -21,7 +21,7 @@ from numasched.plugins.numaaware.providers.device import (
     device_provider_factory,
 )
 from numasched.plugins.numaaware.providers.device_sets import NicAlignment
-from numasched.scheduler.arguments import PluginArgumentError
+from numasched.scheduler.framework.arguments import PluginArgumentError
 
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
 GPU = "nvidia.com/gpu"

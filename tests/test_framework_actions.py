@@ -16,11 +16,12 @@ from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.plugins.conformance import is_critical
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.session import PERMIT, REJECT, Session
+from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode, fit_error_summary
 from numasched.scheduler.loop import run_session
-from numasched.scheduler.registry import Registry, default_registry
-from numasched.scheduler.session import PERMIT, REJECT, Session
-from numasched.scheduler.status import SUCCESS, Status, StatusCode, fit_error_summary
 
 GPU = "nvidia.com/gpu"
 

@@ -13,11 +13,11 @@ from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo
 from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.status import PluginFault
 from numasched.scheduler.loop import CycleResult, run_loop, schedule_cycle
-from numasched.scheduler.registry import default_registry
-from numasched.scheduler.session import Session
-from numasched.scheduler.status import PluginFault
 
 GPU = "nvidia.com/gpu"
 

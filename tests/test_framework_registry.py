@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from numasched.scheduler.arguments import Arguments, PluginArgumentError
-from numasched.scheduler.registry import (
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
+from numasched.scheduler.framework.registry import (
     ACTION_GROUP,
     HINT_PROVIDER_GROUP,
     PLUGIN_GROUP,
     Registry,
     UnknownActionError,
     UnknownPluginError,
-    default_registry,
 )
 
 
@@ -191,12 +191,13 @@ def test_an_argument_of_the_wrong_type_is_an_error_naming_plugin_and_key(
 
 
 def test_volcano_eviction_actions_are_accepted_and_warn_once(capsys: pytest.CaptureFixture[str]) -> None:
-    from numasched.plugins.accepted_noops import AcceptedNoopAction
+    from numasched.plugins.accepted_noops import AcceptedNoopAction, WarnOnce
 
     registry = default_registry()
     action = registry.action("preempt")
     assert isinstance(action, AcceptedNoopAction)
-    assert registry.noop_warnings.warn("preempt", kind="action") is True
-    assert registry.noop_warnings.warn("preempt", kind="action") is False
+    warnings = WarnOnce()
+    assert warnings.warn("preempt", kind="action") is True
+    assert warnings.warn("preempt", kind="action") is False
     # A plugin and an action of the same name are warned about separately.
-    assert registry.noop_warnings.warn("preempt") is True
+    assert warnings.warn("preempt") is True

@@ -41,12 +41,13 @@ from numasched.scheduler.actions.allocate import (
     feasible_nodes,
     sampling_options,
 )
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.statement import Statement
+from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 from numasched.scheduler.loop import run_session
-from numasched.scheduler.registry import Registry, default_registry
-from numasched.scheduler.session import Session
-from numasched.scheduler.statement import Statement
-from numasched.scheduler.status import SUCCESS, Status, StatusCode
 
 GPU = "nvidia.com/gpu"
 

@@ -13,9 +13,9 @@ from numasched.api.resource import Resource
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import TaskInfo
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
-from numasched.scheduler.registry import Registry
-from numasched.scheduler.session import ABSTAIN, PERMIT, REJECT, Session
-from numasched.scheduler.status import SUCCESS, Status, StatusCode, ValidateResult
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.session import ABSTAIN, PERMIT, REJECT, Session
+from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode, ValidateResult
 
 
 def make_task(uid: str, *, ts: float = 0.0, namespace: str = "ns", priority_class: str = "") -> TaskInfo:

@@ -12,9 +12,9 @@ from numasched.api.resource import Resource
 from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
-from numasched.scheduler.registry import Registry
-from numasched.scheduler.session import Event, EventHandler, Session
-from numasched.scheduler.statement import Eviction, JobOutcome, Statement, settle_job
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.session import Event, EventHandler, Session
+from numasched.scheduler.framework.statement import Eviction, JobOutcome, Statement, settle_job
 
 GPU = "nvidia.com/gpu"
 

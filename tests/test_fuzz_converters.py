@@ -36,8 +36,8 @@ from numasched.cache.simcluster import SimCluster
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE_NAME
 from numasched.conf.loader import load_config_text
 from numasched.conf.watch import ConfigSource
+from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.loop import schedule_cycle
-from numasched.scheduler.registry import default_registry
 
 # Values a careless or hostile writer puts where a quantity, id or count belongs.
 POISON_TEXT = [

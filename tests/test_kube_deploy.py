@@ -19,8 +19,8 @@ from numasched.cache.kube.resources import ConfigMapRef
 from numasched.cache.machine_shapes import machine_objects
 from numasched.conf.defaults import default_config
 from numasched.conf.watch import ConfigSource
+from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.leader import LeaseTiming
-from numasched.scheduler.registry import default_registry
 from numasched.scheduler.runner import RunOptions, SchedulerRunner, add_run_arguments
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ from numasched.api.topology import (
 )
 from numasched.plugins.numaaware.admission import Placement
 from numasched.plugins.numaaware.plugin import POLICY_ANNOTATION, NumaAwarePlugin, normalized_scores
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.status import StatusCode
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.status import StatusCode
 
 GPU = "nvidia.com/gpu"
 

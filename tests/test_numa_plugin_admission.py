@@ -40,8 +40,8 @@ from numasched.plugins.numaaware.providers.base import (
 from numasched.plugins.numaaware.providers.cpu import CpuHintProvider
 from numasched.plugins.numaaware.providers.device import DeviceProvider, device_provider_factory
 from numasched.plugins.numaaware.providers.memory import MemoryHintProvider
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Event
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Event
 
 GPU = "nvidia.com/gpu"
 NIC = "rdma/hca"
@@ -321,7 +321,7 @@ def decide(plugin: NumaAwarePlugin, task: TaskInfo, nodes: Sequence[NodeInfo]) -
     chosen.add_task(task)
     plugin.on_allocate(Event(task, chosen))
     if task.allocation is not None:
-        chosen.numa_usage.add(task.allocation)
+        chosen.replace_allocation(None, task.allocation)
     return chosen
 
 
@@ -369,7 +369,7 @@ def test_fast_admission_allocates_only_on_the_chosen_node(monkeypatch: pytest.Mo
     nodes = cluster(4)
     # One CPU pinned per node, each a different one, so no two nodes share an admission.
     for index, node in enumerate(nodes):
-        node.numa_usage.add(PodAllocation((ContainerAllocation("pinned", IdSet([60 + index])),)))
+        node.replace_allocation(None, PodAllocation((ContainerAllocation("pinned", IdSet([60 + index])),)))
     task = pod([container_object("main", "8", 16, 0, 0, guaranteed=True)])
     expected = plugin.place(task, nodes[0])
     assert isinstance(expected, Placement)
@@ -388,7 +388,7 @@ def test_device_pods_choose_sets_on_the_scored_nodes_and_reuse_them(monkeypatch:
     nodes = cluster(4)
     # One CPU pinned per node, each a different one, so no two nodes share an admission.
     for index, node in enumerate(nodes):
-        node.numa_usage.add(PodAllocation((ContainerAllocation("pinned", IdSet([60 + index])),)))
+        node.replace_allocation(None, PodAllocation((ContainerAllocation("pinned", IdSet([60 + index])),)))
     task = pod([container_object("main", "8", 16, 2, 0, guaranteed=True)])
     expected = plugin.place(task, nodes[0])
     assert isinstance(expected, Placement)
@@ -469,7 +469,7 @@ def test_scores_from_the_merged_hint_equal_scores_from_the_placement() -> None:
 
 def test_the_builder_keeps_providers_and_their_indexes_across_sessions() -> None:
     from numasched.plugins.numaaware.plugin import NumaAwareBuilder
-    from numasched.scheduler.arguments import Arguments
+    from numasched.scheduler.framework.arguments import Arguments
 
     builder = NumaAwareBuilder()
     first = builder(Arguments({"weight": 10}))

@@ -38,9 +38,9 @@ from numasched.plugins.numaaware.providers.base import (
 from numasched.plugins.numaaware.providers.cpu import CpuHintProvider
 from numasched.plugins.numaaware.providers.device import DeviceProvider
 from numasched.plugins.numaaware.providers.memory import MemoryHintProvider
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.session import Event
-from numasched.scheduler.status import Status
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Event
+from numasched.scheduler.framework.status import Status
 
 GPU = "nvidia.com/gpu"
 
@@ -182,7 +182,7 @@ def test_each_node_keeps_its_own_topology_and_free_resources_for_on_allocate() -
     # A change on beta-2 after the predicate: on_allocate must notice it on that node only.
     taken = plugin.place(task, nodes[1])
     assert isinstance(taken, Placement) and taken.allocation is not None
-    nodes[1].numa_usage.add(taken.allocation)
+    nodes[1].replace_allocation(None, taken.allocation)
     nodes[1].add_task(task)
     plugin.on_allocate(Event(task, nodes[1]))
     assert task.allocation is not None
@@ -269,7 +269,7 @@ def test_a_node_whose_free_state_differs_is_decided_afresh(monkeypatch: pytest.M
     assert busy.topology is not None
     # beta-2 has NUMA node 0's CPUs taken (but one): the pod goes elsewhere there.
     busy.numa_usage.cpus = busy.topology.cpus_by_numa[0] - IdSet([min(busy.topology.cpus_by_numa[0])])
-    busy.numa_usage.version += 1
+    busy.touch()
     task = pod("4", 4, 0)
     for node in nodes:
         assert plugin.predicate(task, node).passed
@@ -292,7 +292,7 @@ def test_a_node_that_changes_leaves_its_old_class() -> None:
     nodes[0].add_task(first)
     plugin.on_allocate(Event(first, nodes[0]))
     assert first.allocation is not None
-    nodes[0].numa_usage.add(first.allocation)
+    nodes[0].replace_allocation(None, first.allocation)
     second = pod("4", 4, 0, uid="p2")
     for node in nodes:
         assert plugin.predicate(second, node).passed
@@ -321,7 +321,7 @@ def random_usage(node: NodeInfo, rng: random.Random) -> None:
         resource: frozenset(device.id for device in group.devices if rng.random() < level)
         for resource, group in topology.devices.items()
     }
-    node.numa_usage.version += 1
+    node.touch()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

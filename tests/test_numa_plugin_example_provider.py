@@ -23,9 +23,9 @@ from numasched.api.topology import (
 )
 from numasched.conf.model import SchedulerConfig
 from numasched.plugins.numaaware.plugin import NumaAwarePlugin
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.registry import default_registry
-from numasched.scheduler.session import Session
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Session
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "plugins.md"
 FPGA = "example.com/fpga"

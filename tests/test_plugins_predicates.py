@@ -30,10 +30,10 @@ from numasched.plugins.predicates import (
     untolerated_taint,
     untolerated_taint_message,
 )
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.status import StatusCode
 from numasched.scheduler.loop import run_session
-from numasched.scheduler.registry import default_registry
-from numasched.scheduler.session import Session
-from numasched.scheduler.status import StatusCode
 
 
 def make_task(uid: str = "t1", requests: dict[str, Any] | None = None, **fields: Any) -> TaskInfo:

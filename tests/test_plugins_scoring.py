@@ -29,10 +29,10 @@ from numasched.plugins.nodeorder import (
     weighted_resource_score,
 )
 from numasched.plugins.nodeorder import build as build_nodeorder
-from numasched.scheduler.arguments import Arguments, PluginArgumentError
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
+from numasched.scheduler.framework.session import Session
 from numasched.scheduler.loop import run_session
-from numasched.scheduler.registry import default_registry
-from numasched.scheduler.session import Session
 
 GI = 1024**3
 MI = 1024**2

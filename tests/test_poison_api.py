@@ -32,8 +32,8 @@ from numasched.cache.kube.problems import ObjectProblemWriter
 from numasched.cache.kube.resources import build_informers
 from numasched.cache.machine_shapes import machine_objects
 from numasched.conf.defaults import default_config
+from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.loop import run_loop
-from numasched.scheduler.registry import default_registry
 
 pytestmark = pytest.mark.anyio
 

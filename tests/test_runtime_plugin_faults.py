@@ -26,13 +26,13 @@ from numasched.cache.events import EventType, ObjectEvent
 from numasched.cache.kube.informer import InformerTiming
 from numasched.cache.machine_shapes import machine_objects
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.session import Event, EventHandler, Session
+from numasched.scheduler.framework.status import SUCCESS, PluginFault, Status
 from numasched.scheduler.leader import LeaseTiming
 from numasched.scheduler.loop import BackoffPolicy, PodBackoff, SessionResult, run_session
-from numasched.scheduler.registry import default_registry
 from numasched.scheduler.runner import RunOptions, SchedulerRunner
-from numasched.scheduler.session import Event, EventHandler, Session
-from numasched.scheduler.status import SUCCESS, PluginFault, Status
 
 CPU_ONLY = ("priority", "gang", "conformance")
 MACHINES = Path(__file__).parent / "fixtures" / "machines"

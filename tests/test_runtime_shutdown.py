@@ -28,12 +28,12 @@ from numasched.cache.kube.informer import InformerTiming
 from numasched.cache.machine_shapes import machine_objects
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.session import EventHandler, Session
+from numasched.scheduler.framework.status import SUCCESS, Status
 from numasched.scheduler.leader import LeaseTiming
 from numasched.scheduler.loop import run_session
-from numasched.scheduler.registry import default_registry
 from numasched.scheduler.runner import EXIT_OK, RunOptions, SchedulerRunner
-from numasched.scheduler.session import EventHandler, Session
-from numasched.scheduler.status import SUCCESS, Status
 
 PODS = 5000
 NODES = 48  # 128 CPUs each: room for every pod

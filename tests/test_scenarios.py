@@ -24,8 +24,8 @@ from numasched.cache.cache import Cache
 from numasched.cache.machine_shapes import machine_objects
 from numasched.cache.simcluster import SimCluster
 from numasched.conf.loader import load_config_text
+from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.loop import schedule_cycle
-from numasched.scheduler.registry import default_registry
 from numasched.scheduler.simulate import simulate
 
 CONFIG = """\

@@ -25,9 +25,10 @@ from numasched.cache.simcluster import SimCluster
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT
 from numasched.conf.loader import load_config_text
 from numasched.conf.model import SchedulerConfig
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.session import EventHandler, Session
 from numasched.scheduler.loop import schedule_cycle
-from numasched.scheduler.registry import Registry, default_registry
-from numasched.scheduler.session import EventHandler, Session
 
 GPU = "nvidia.com/gpu"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"

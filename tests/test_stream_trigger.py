@@ -16,8 +16,8 @@ from numasched.api.snapshot import ClusterSnapshot
 from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.conf.model import SchedulerConfig
+from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.loop import CycleResult, CycleTrigger, run_loop, schedule_cycle
-from numasched.scheduler.registry import default_registry
 from numasched.scheduler.runner import ArrivalWatch
 
 

@@ -34,7 +34,7 @@ from numasched.cache.machine_shapes import machine_objects, reserved_cpus_for
 from numasched.cache.pod_fingerprint import pods_fingerprint
 from numasched.cache.simcluster import ClusterEvent, SimCluster
 from numasched.conf.loader import load_config_text
-from numasched.scheduler.registry import default_registry
+from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.simulate import simulate
 
 km: Any = load_hack_module("kubelet_model")

@@ -65,11 +65,11 @@ from numasched.plugins.numaaware.providers.device import (
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
-from numasched.scheduler.arguments import Arguments, PluginArgumentError
-from numasched.scheduler.status import SUCCESS, Status, StatusCode
+from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
+from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
 if TYPE_CHECKING:
-    from numasched.scheduler.session import Event, Session
+    from numasched.scheduler.framework.session import Event, Session
 
 PLUGIN_NAME = "numa-aware"
 POLICY_ANNOTATION = "volcano.sh/numa-topology-policy"
@@ -266,7 +266,7 @@ class NumaAwarePlugin:
             list(providers) if providers is not None else builtin_providers(self.provider_arguments)
         )
         self.fingerprints = fingerprints if fingerprints is not None else TopologyMemo(TopologyFingerprint.of)
-        # Per node: its state as admission reads it (numa_usage version, topology, free resources,
+        # Per node: its state as admission reads it (generation, topology, free resources,
         # equivalence class) and the admission of each pod shape seen there this session.
         self._admissions: dict[str, _NodeState] = {}
         # This session's equivalence classes: nodes of equal topology content and equal free
@@ -287,7 +287,7 @@ class NumaAwarePlugin:
         return PLUGIN_NAME
 
     def on_session_open(self, ssn: Session) -> None:
-        from numasched.scheduler.session import EventHandler
+        from numasched.scheduler.framework.session import EventHandler
 
         self.providers = self.providers[:3] + self._extra_providers(ssn)
         ssn.add_pre_predicate_fn(PLUGIN_NAME, self.pre_predicate)
@@ -440,13 +440,13 @@ class NumaAwarePlugin:
         (numa_usage) and on the pod's shape: pods of one shape (the replicas of a job) reuse it
         while the node is as it was, and nodes alike share it."""
         state = self._admissions.get(node.name)
-        if state is not None and state.version == node.numa_usage.version and state.topology is topology:
+        if state is not None and state.generation == node.generation and state.topology is topology:
             return state
         free = free_resources(node)
         fingerprint = self.fingerprints.get(topology)
         fingerprint_id = self._fingerprint_ids.setdefault(fingerprint, len(self._fingerprint_ids))
         class_id = self._classes.setdefault((fingerprint_id, free_key(free)), len(self._classes))
-        state = _NodeState(node.numa_usage.version, topology, free, class_id)
+        state = _NodeState(node.generation, topology, free, class_id)
         self._admissions[node.name] = state
         return state
 
@@ -657,9 +657,9 @@ class TopologyFingerprint:
 
 @attrs.define(slots=True)
 class _NodeState:
-    """A node as admission reads it, for one numa_usage version and topology object."""
+    """A node as admission reads it, at one generation."""
 
-    version: int
+    generation: int
     topology: NumaTopology
     free: FreeResources
     # Nodes of equal topology content and free resources share a class within the session.

@@ -26,9 +26,9 @@ from numasched.api.resource import Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
-from numasched.scheduler.session import Session
-from numasched.scheduler.statement import JobOutcome, Statement, settle_job
-from numasched.scheduler.status import Status, StatusCode
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.statement import JobOutcome, Statement, settle_job
+from numasched.scheduler.framework.status import Status, StatusCode
 
 _log = structlog.get_logger(__name__)
 

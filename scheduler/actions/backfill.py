@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from numasched.scheduler.actions.allocate import feasible_nodes, schedulable_pending
 from numasched.scheduler.actions.enqueue import is_pending
-from numasched.scheduler.session import Session
-from numasched.scheduler.statement import Statement, settle_job
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.statement import Statement, settle_job
 
 
 class BackfillAction:

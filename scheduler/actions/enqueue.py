@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from numasched.api.job import JobInfo
-from numasched.scheduler.session import Session
+from numasched.scheduler.framework.session import Session
 
 _log = structlog.get_logger(__name__)
 

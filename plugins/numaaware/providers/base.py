@@ -140,7 +140,7 @@ def free_resources(node: NodeInfo) -> FreeResources:
     """A snapshot of what is free on a node with topology: CPUs, device ids, NUMA memory, and what
     pods whose ids are unknown hold (the reading rule: NodeInfo.free_cpus, free_devices).
 
-    Callers on the hot path keep it per node and numa_usage.version (the numa-aware plugin does),
+    Callers on the hot path keep it per node and node generation (the numa-aware plugin does),
     rather than building it per pod."""
     topology = node.topology
     if topology is None:

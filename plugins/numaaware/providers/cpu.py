@@ -37,7 +37,7 @@ from numasched.plugins.numaaware.providers.cpu_assignment import (
 )
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
-from numasched.scheduler.arguments import PluginArgumentError, quote_value
+from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
 
 __all__ = [
     "CpuAssignmentError",

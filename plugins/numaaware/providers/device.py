@@ -49,7 +49,7 @@ from numasched.plugins.numaaware.providers.device_sets import (
     nic_preference,
 )
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
-from numasched.scheduler.arguments import PluginArgumentError, quote_value
+from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
 
 log = structlog.get_logger(__name__)
 

@@ -13,8 +13,8 @@ from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.binder import BindRequest, binding_annotations
-from numasched.scheduler.session import POINT_ALLOCATE_EVENT, POINT_DEALLOCATE_EVENT, Event, Session
-from numasched.scheduler.status import PluginFault
+from numasched.scheduler.framework.session import POINT_ALLOCATE_EVENT, POINT_DEALLOCATE_EVENT, Event, Session
+from numasched.scheduler.framework.status import PluginFault
 
 __all__ = ["BindRequest", "CommittedBinds", "Eviction", "JobOutcome", "Statement", "settle_job"]
 
@@ -104,11 +104,7 @@ class Statement:
             task.status = TaskStatus.PENDING
             task.node_name = ""
             return False
-        if task.allocation is not accounted:
-            if accounted is not None:
-                node.numa_usage.remove(accounted)
-            if task.allocation is not None:
-                node.numa_usage.add(task.allocation)
+        node.replace_allocation(accounted, task.allocation)
         return True
 
     def allocate(self, task: TaskInfo, node: NodeInfo) -> bool:

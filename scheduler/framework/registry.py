@@ -1,5 +1,6 @@
-"""Plugins, actions and hint providers by name: the built-ins, plus third-party ones published
-as Python entry points (never files imported from a path)."""
+"""Plugins, actions and hint providers by name, as registered (the runtime registers the built-in
+ones, numasched.scheduler.builtin), plus third-party ones published as Python entry points (never
+files imported from a path). The framework itself knows none of them."""
 
 from __future__ import annotations
 
@@ -9,20 +10,8 @@ from typing import Any, overload
 
 import structlog
 
-from numasched.plugins import binpack, conformance, gang, nodeorder, predicates, priority
-from numasched.plugins.accepted_noops import (
-    ACCEPTED_NOOP_ACTIONS,
-    ACCEPTED_NOOP_PLUGINS,
-    AcceptedNoopAction,
-    WarnOnce,
-    noop_builder,
-)
-from numasched.plugins.numaaware import plugin as numaaware_plugin
-from numasched.scheduler.actions.allocate import AllocateAction
-from numasched.scheduler.actions.backfill import BackfillAction
-from numasched.scheduler.actions.enqueue import EnqueueAction
-from numasched.scheduler.arguments import Arguments, PluginArgumentError
-from numasched.scheduler.plugin import Action, ChecksHintProviders, HintProviderFactory, Plugin, PluginBuilder
+from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
+from numasched.scheduler.framework.plugin import Action, ChecksHintProviders, HintProviderFactory, Plugin, PluginBuilder
 
 _log = structlog.get_logger(__name__)
 
@@ -118,8 +107,6 @@ class Registry:
         self._plugins: dict[str, PluginBuilder] = {}
         self._actions: dict[str, Action] = {}
         self._hint_providers: dict[str, HintProviderFactory] = {}
-        # Accepted-but-unimplemented plugins warn once for the life of this registry.
-        self.noop_warnings = WarnOnce()
 
     # -- registration ----------------------------------------------------------------------------
 
@@ -240,24 +227,3 @@ class _NamedAction:
 
     def execute(self, ssn: object) -> None:
         self._execute(ssn)
-
-
-def default_registry(*, with_entry_points: bool = False) -> Registry:
-    """Every built-in plugin and action; entry points too when asked."""
-    registry = Registry()
-    registry.register_plugin(priority.PLUGIN_NAME, priority.build)
-    registry.register_plugin(gang.PLUGIN_NAME, gang.build)
-    registry.register_plugin(conformance.PLUGIN_NAME, conformance.build)
-    registry.register_plugin(predicates.PLUGIN_NAME, predicates.build)
-    registry.register_plugin(nodeorder.PLUGIN_NAME, nodeorder.build)
-    registry.register_plugin(binpack.PLUGIN_NAME, binpack.build)
-    registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
-    for name in ACCEPTED_NOOP_PLUGINS:
-        registry.register_plugin(name, noop_builder(name, registry.noop_warnings))
-    for action in (EnqueueAction(), AllocateAction(), BackfillAction()):
-        registry.register_action(action.name, action)
-    for name in ACCEPTED_NOOP_ACTIONS:
-        registry.register_action(name, AcceptedNoopAction(name, registry.noop_warnings))
-    if with_entry_points:
-        registry.load_entry_points()
-    return registry

@@ -6,7 +6,7 @@ otherwise turn a feature off while the scheduler reports a healthy configuration
 that is absent takes the default.
 
 The configuration loader builds every configured plugin once when a configuration is loaded (see
-numasched.scheduler.registry.PluginCatalog), so the error refuses the configuration there: at
+numasched.scheduler.framework.registry.PluginCatalog), so the error refuses the configuration there: at
 startup the scheduler exits with its configuration-error code, on reload the last good
 configuration stays in force.
 """

@@ -19,9 +19,9 @@ from numasched.api.node import NodeInfo
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.conf.model import SchedulerConfig
-from numasched.scheduler.arguments import Arguments
-from numasched.scheduler.plugin import Plugin
-from numasched.scheduler.status import (
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.plugin import Plugin
+from numasched.scheduler.framework.status import (
     SUCCESS,
     PluginFault,
     Status,
@@ -32,8 +32,8 @@ from numasched.scheduler.status import (
 
 if TYPE_CHECKING:
     from numasched.cache.binder import BindRequest
-    from numasched.scheduler.registry import Registry
-    from numasched.scheduler.statement import Eviction, Statement
+    from numasched.scheduler.framework.registry import Registry
+    from numasched.scheduler.framework.statement import Eviction, Statement
 
 _log = structlog.get_logger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from numasched.scheduler.arguments import Arguments
+from numasched.scheduler.framework.arguments import Arguments
 
 if TYPE_CHECKING:
-    from numasched.scheduler.session import Session
+    from numasched.scheduler.framework.session import Session
 
 
 class Plugin(Protocol):

@@ -1,0 +1,23 @@
+"""The built-in plugins, registered by name (Volcano's plugins/factory.go): the framework imports
+no plugin; the runtime calls this to fill a registry."""
+
+from __future__ import annotations
+
+from numasched.plugins import binpack, conformance, gang, nodeorder, predicates, priority
+from numasched.plugins.accepted_noops import ACCEPTED_NOOP_PLUGINS, WarnOnce, noop_builder
+from numasched.plugins.numaaware import plugin as numaaware_plugin
+from numasched.scheduler.framework.registry import Registry
+
+
+def register_builtin_plugins(registry: Registry, warnings: WarnOnce) -> None:
+    """Every plugin numasched ships, and Volcano's plugins it accepts without effect (they warn
+    once through `warnings`)."""
+    registry.register_plugin(priority.PLUGIN_NAME, priority.build)
+    registry.register_plugin(gang.PLUGIN_NAME, gang.build)
+    registry.register_plugin(conformance.PLUGIN_NAME, conformance.build)
+    registry.register_plugin(predicates.PLUGIN_NAME, predicates.build)
+    registry.register_plugin(nodeorder.PLUGIN_NAME, nodeorder.build)
+    registry.register_plugin(binpack.PLUGIN_NAME, binpack.build)
+    registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
+    for name in ACCEPTED_NOOP_PLUGINS:
+        registry.register_plugin(name, noop_builder(name, warnings))

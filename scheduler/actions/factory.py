@@ -1,0 +1,18 @@
+"""The built-in actions, registered by name (Volcano's actions/factory.go)."""
+
+from __future__ import annotations
+
+from numasched.plugins.accepted_noops import ACCEPTED_NOOP_ACTIONS, AcceptedNoopAction, WarnOnce
+from numasched.scheduler.actions.allocate import AllocateAction
+from numasched.scheduler.actions.backfill import BackfillAction
+from numasched.scheduler.actions.enqueue import EnqueueAction
+from numasched.scheduler.framework.registry import Registry
+
+
+def register_builtin_actions(registry: Registry, warnings: WarnOnce) -> None:
+    """enqueue, allocate and backfill, and Volcano's actions accepted without effect (they warn
+    once through `warnings`)."""
+    for action in (EnqueueAction(), AllocateAction(), BackfillAction()):
+        registry.register_action(action.name, action)
+    for name in ACCEPTED_NOOP_ACTIONS:
+        registry.register_action(name, AcceptedNoopAction(name, warnings))
