@@ -6,13 +6,26 @@ import attrs
 
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
 
 
 @attrs.define(slots=True)
 class QueueInfo:
+    """A Volcano Queue (scheduling.volcano.sh/v1beta1) as the queue plugins read it.
+
+    capability, guarantee and deserved are None when the Queue does not set them (Volcano tells
+    an absent ResourceList from an empty one: no capability means no limit)."""
+
     name: str
     weight: int = 1
     state: str = "Open"
+    capability: Resource | None = None
+    guarantee: Resource | None = None
+    deserved: Resource | None = None
+    parent: str = ""
+    priority: int = 0
+    # spec.reclaimable: None (absent) and True both let other queues reclaim from this one.
+    reclaimable: bool = True
 
 
 @attrs.define(slots=True)
