@@ -43,10 +43,18 @@ class BindOutcome:
 
 
 class Binder(Protocol):
+    """What the scheduling loop binds through: the Kubernetes binder (cache/kube/binder.py) and the
+    simulated cluster (cache/simcluster.py) both implement it. bind is called once per placed pod
+    from the loop's bind workers, bounded by the loop's bind timeout; it reports the outcome
+    rather than raising (whatever it does raise fails that one bind)."""
+
     async def bind(self, request: BindRequest) -> BindOutcome: ...
 
 
 class StatusReporter(Protocol):
+    """Where the loop tells a person what happened: a pod bound, a pod that does not fit and why,
+    a PodGroup's phase. Best effort: the loop bounds each call and logs what it raises."""
+
     async def scheduled(self, task: TaskInfo, node_name: str) -> None: ...
 
     async def unschedulable(self, task: TaskInfo, message: str) -> None: ...

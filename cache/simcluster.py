@@ -15,7 +15,7 @@ import yaml
 
 from numasched.api.job import JobInfo
 from numasched.api.task import TaskInfo
-from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
+from numasched.cache.binder import Binder, BindOutcome, BindRequest, BindStatus, StatusReporter
 from numasched.cache.cache import KINDS, Cache
 from numasched.cache.events import EventType, ObjectEvent, object_key, object_name
 
@@ -65,8 +65,9 @@ def _documents(text: str, source: str, problems: list[LoadProblem]) -> list[Mapp
     return found
 
 
-class SimCluster:
-    """Objects by kind and name, a Cache kept in step, and an API-server-like binder."""
+class SimCluster(Binder, StatusReporter):
+    """Objects by kind and name, a Cache kept in step, and an API-server-like binder and status
+    reporter (the same protocols the Kubernetes ones implement)."""
 
     def __init__(self, cache: Cache) -> None:
         self.cache = cache

@@ -29,10 +29,9 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from numasched.api.allocation import PodAllocation
-from numasched.api.job import JobInfo
 from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo, TaskStatus
-from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
+from numasched.cache.binder import Binder, BindOutcome, BindRequest, BindStatus, StatusReporter
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import JobUpdate, PluginOpenError, Session
@@ -59,18 +58,6 @@ class CacheLike(Protocol):
     def assume(self, task_uid: str, node_name: str, allocation: PodAllocation | None) -> None: ...
 
     def forget(self, task_uid: str) -> None: ...
-
-
-class BinderLike(Protocol):
-    async def bind(self, request: BindRequest) -> BindOutcome: ...
-
-
-class ReporterLike(Protocol):
-    async def scheduled(self, task: TaskInfo, node_name: str) -> None: ...
-
-    async def unschedulable(self, task: TaskInfo, message: str) -> None: ...
-
-    async def job_status(self, job: JobInfo, phase: str, message: str) -> None: ...
 
 
 @attrs.frozen(slots=True)
@@ -337,8 +324,8 @@ class _Binding:
     and whether a stop was asked for."""
 
     cache: CacheLike
-    binder: BinderLike
-    reporter: ReporterLike
+    binder: Binder
+    reporter: StatusReporter
     timeout_s: float
     outcomes: dict[str, BindOutcome]
     stopping: Callable[[], bool]
@@ -423,8 +410,8 @@ async def schedule_cycle(
     cache: CacheLike,
     config: SchedulerConfig,
     registry: Registry,
-    binder: BinderLike,
-    reporter: ReporterLike,
+    binder: Binder,
+    reporter: StatusReporter,
     *,
     bind_concurrency: int = DEFAULT_BIND_CONCURRENCY,
     bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S,
@@ -510,11 +497,11 @@ async def _limit_to_grace(stop: anyio.Event, sending: anyio.CancelScope, grace_s
     sending.deadline = min(sending.deadline, anyio.current_time() + grace_s)
 
 
-def _unschedulable_call(entry: Unschedulable, reporter: ReporterLike) -> Callable[[], Awaitable[None]]:
+def _unschedulable_call(entry: Unschedulable, reporter: StatusReporter) -> Callable[[], Awaitable[None]]:
     return lambda: reporter.unschedulable(entry.task, entry.message)
 
 
-def _job_call(update: JobUpdate, reporter: ReporterLike) -> Callable[[], Awaitable[None]]:
+def _job_call(update: JobUpdate, reporter: StatusReporter) -> Callable[[], Awaitable[None]]:
     return lambda: reporter.job_status(update.job, update.phase, update.message)
 
 
@@ -586,8 +573,8 @@ async def run_loop(
     cache: CacheLike,
     current_config: Callable[[], SchedulerConfig],
     registry: Registry,
-    binder: BinderLike,
-    reporter: ReporterLike,
+    binder: Binder,
+    reporter: StatusReporter,
     *,
     period_s: float,
     stop: anyio.Event,

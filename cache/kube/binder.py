@@ -25,7 +25,7 @@ from kubernetes_asyncio import client
 
 from numasched.api.job import JobInfo
 from numasched.api.task import TaskInfo
-from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
+from numasched.cache.binder import Binder, BindOutcome, BindRequest, BindStatus, StatusReporter
 from numasched.cache.kube.informer import read_status
 
 log = structlog.get_logger("numasched.binder")
@@ -58,7 +58,7 @@ def outcome_for_status(status: int, message: str) -> BindOutcome:
     return BindOutcome(BindStatus.FAILED, f"{status}: {message}")
 
 
-class KubeBinder:
+class KubeBinder(Binder):
     """POST pods/{name}/binding with the allocation annotations in the Binding's metadata."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
@@ -98,7 +98,7 @@ class KubeBinder:
         return outcome
 
 
-class KubeStatusReporter:
+class KubeStatusReporter(StatusReporter):
     """Events and conditions a person reads to learn why a pod is (not) running."""
 
     def __init__(
