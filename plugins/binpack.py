@@ -17,6 +17,8 @@ in Volcano.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import attrs
 import structlog
 
@@ -24,6 +26,7 @@ from numasched.api.node import NodeInfo
 from numasched.api.resource import CPU, MEMORY, Resource
 from numasched.api.task import TaskInfo
 from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.equivalence import resource_key
 from numasched.scheduler.framework.session import Session
 
 PLUGIN_NAME = "binpack"
@@ -133,6 +136,10 @@ class BinpackPlugin:
         if weighed is None:
             weighed = self._weighed[task.uid] = weighed_requests(task.resreq, self.weights)
         return weighed_binpack_score(weighed, node.allocatable, node.used, self.weights.weight)
+
+    def equivalence_key(self, task: TaskInfo) -> Hashable:
+        """The score reads the pod's steady-state requests."""
+        return resource_key(task.resreq)
 
     def on_session_open(self, ssn: Session) -> None:
         self._weighed.clear()

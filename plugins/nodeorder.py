@@ -16,7 +16,7 @@ requests as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -277,6 +277,10 @@ class NodeOrderPlugin:
     def batch_score(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         weight = self.weights.taint_toleration
         return {name: float(score * weight) for name, score in taint_toleration_scores(task, nodes).items()}
+
+    def equivalence_key(self, task: TaskInfo) -> Hashable:
+        """node_score reads the pod's requests (in every class key) and their non-zero form."""
+        return self._request_of(task)
 
     def on_session_open(self, ssn: Session) -> None:
         self._requests.clear()

@@ -9,7 +9,7 @@ the plugin runs them in kube-scheduler's order and reports the first that fails.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 
 from numasched.api.node import NodeInfo, Taint
 from numasched.api.resource import Resource
@@ -180,6 +180,11 @@ class PredicatesPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_predicate_fn(self.name, check_node)
+
+    def equivalence_key(self, task: TaskInfo) -> Hashable:
+        """check_node reads the pod's selector, required node affinity, tolerations and requests
+        (the requests are in every class key already)."""
+        return (tuple(sorted(task.node_selector.items())), task.required_node_terms, task.tolerations)
 
     def on_session_close(self, ssn: Session) -> None:
         return None

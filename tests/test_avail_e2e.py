@@ -193,7 +193,7 @@ def test_nodes_without_topology_are_listed_and_governed(choice: str, expected_no
     assert placement(cluster, "train")[0] == expected_node
     if not expected_node:
         assert (
-            "node bare has no usable NUMA topology (missing); pod needs 2 exclusive CPUs and 4 nvidia.com/gpu, "
+            "1 node(s) had no usable NUMA topology (missing); pod needs 2 exclusive CPUs and 4 nvidia.com/gpu, "
             "which unknown-topology: refuse-pinned keeps off such nodes"
         ) in failed_scheduling(cluster, "train")
     document = report_document(build_report(cluster, cycles=1, seconds=0.0))

@@ -148,7 +148,7 @@ def test_node_without_topology_passes_unless_pod_demands_a_policy() -> None:
     demanding = task(("a", 1, 0), annotations={POLICY_ANNOTATION: "restricted"})
     status = allowing.predicate(demanding, node(None))
     assert status.code is StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert status.reason == "node n1 has no usable NUMA topology (missing); pod asks for restricted"
+    assert status.reason == "node(s) had no usable NUMA topology (missing); pod asks for restricted"
 
 
 def test_too_many_numa_nodes_for_the_kubelet() -> None:

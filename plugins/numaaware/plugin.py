@@ -66,6 +66,7 @@ from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
+from numasched.scheduler.framework.cycle_state import CycleState
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -276,11 +277,14 @@ class NumaAwarePlugin:
         self._equivalent: dict[tuple[int, Hashable], _Shared] = {}
         # The ids chosen for an Admission, per class and shape: valid on any node of the class.
         self._completed: dict[tuple[int, Hashable], Placement] = {}
-        # The task being decided and its admission per node name, for scoring and on_allocate.
-        self._task_uid = ""
-        self._decided: dict[str, _Decision] = {}
-        # What each pod would have pinned (pinned_needs), for nodes without usable topology.
-        self._needs: dict[str, str] = {}
+        # Link quality of the device sets chosen per node class and pod shape (as _completed).
+        self._qualities: dict[tuple[int, Hashable, tuple[str, ...]], tuple[int, int, int] | None] = {}
+        # The session whose per-pod CycleState holds what this plugin computed for the pod being
+        # decided (its policy and shape, its admission per node); outside a session (a tool or a
+        # test calling the plugin directly) the plugin keeps one such state itself.
+        self._session: Session | None = None
+        self._own_state = CycleState("")
+        self._own_task: TaskInfo | None = None
 
     @property
     def name(self) -> str:
@@ -290,20 +294,27 @@ class NumaAwarePlugin:
         from numasched.scheduler.framework.session import EventHandler
 
         self.providers = self.providers[:3] + self._extra_providers(ssn)
+        self._session = ssn
         ssn.add_pre_predicate_fn(PLUGIN_NAME, self.pre_predicate)
         ssn.add_predicate_fn(PLUGIN_NAME, self.predicate)
         ssn.add_batch_node_order_fn(PLUGIN_NAME, self.batch_node_order)
         ssn.add_event_handler(EventHandler(allocate=self.on_allocate, deallocate=self.on_deallocate))
 
+    def equivalence_key(self, task: TaskInfo) -> Hashable:
+        """Admission reads the pod's policy annotation and its shape (QoS, containers' requests and
+        limits); reasons that name the pod are never shared by the engine."""
+        return (task.annotations.get(POLICY_ANNOTATION), task_shape(task))
+
     def on_session_close(self, ssn: Session) -> None:
-        self._decided.clear()
+        self._session = None
+        self._own_state = CycleState("")
+        self._own_task = None
+        self._qualities.clear()
         self._admissions.clear()
         self._classes.clear()
         self._fingerprint_ids.clear()
         self._equivalent.clear()
         self._completed.clear()
-        self._needs.clear()
-        self._task_uid = ""
 
     def check_hint_providers(self, factories: Mapping[str, Callable[..., object]]) -> None:
         """Every provider `hint-providers` names exists and builds from these arguments (the
@@ -332,48 +343,64 @@ class NumaAwarePlugin:
                 _log.error("hint provider is not used", plugin=PLUGIN_NAME, provider=provider_name, error=str(error))
         return extra
 
+    def _cycle_state(self, task: TaskInfo) -> CycleState:
+        if self._session is not None:
+            return self._session.cycle_state(task)
+        # Called directly, the plugin cannot tell two task objects of one uid apart by uid.
+        if self._own_task is not task:
+            self._own_task = task
+            self._own_state = CycleState(task.uid)
+        return self._own_state
+
+    def _pod(self, task: TaskInfo) -> _PodData:
+        """What admission reads of the pod, computed once per pod (its CycleState)."""
+        state = self._cycle_state(task)
+        data: _PodData | None = state.get(_POD_KEY)
+        if data is None:
+            try:
+                policy: TopologyPolicy | Status | None = pod_policy(task)
+            except PolicyError as error:
+                policy = Status(
+                    StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                    f"pod {task.key}: annotation {POLICY_ANNOTATION}: {error}",
+                    PLUGIN_NAME,
+                )
+            data = _PodData(policy, task_shape(task), {})
+            state.write(_POD_KEY, data)
+        return data
+
     def pre_predicate(self, task: TaskInfo) -> Status:
         """A bad policy annotation rules out every node: say so once, not once per node."""
-        try:
-            pod_policy(task)
-        except PolicyError as error:
-            return Status(
-                StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                f"pod {task.key}: annotation {POLICY_ANNOTATION}: {error}",
-                PLUGIN_NAME,
-            )
-        return Status()
+        requested = self._pod(task).policy
+        return requested if isinstance(requested, Status) else Status()
 
     # -- placement --------------------------------------------------------------------------------
 
     def _policy(self, task: TaskInfo, node: NodeInfo) -> TopologyPolicy | Status | None:
         """The policy to align the task with on this node; None when the node has no topology and
         the pod does not need one; a Status when the node is ruled out before any alignment."""
-        try:
-            requested = pod_policy(task)
-        except PolicyError as error:
-            return Status(
-                StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                f"pod {task.key}: annotation {POLICY_ANNOTATION}: {error}",
-                PLUGIN_NAME,
-            )
+        requested = self._pod(task).policy
+        if isinstance(requested, Status):
+            return requested
         topology = node.topology
         if topology is None:
             return self._without_topology(task, node, requested)
         node_policy = topology.policies.topology_manager_policy
         refusal = check_numa_node_limit(node_policy, len(topology.numa_ids), topology.policies.max_allowable_numa_nodes)
         if refusal is not None:
-            return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"node {node.name}: {refusal}", PLUGIN_NAME)
+            return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, refusal, PLUGIN_NAME)
         return stricter(node_policy, requested)
 
     def _without_topology(self, task: TaskInfo, node: NodeInfo, requested: TopologyPolicy | None) -> Status | None:
         """A node whose topology is missing or was rejected: a pod that asks for a policy cannot
         be aligned there; one the kubelet would pin goes there only under unknown-topology: allow."""
-        why = f"rejected: {node.topology_error}" if node.topology_error else "missing"
+        # The reason names the case, not the node nor the rejection's detail (that names the
+        # object; it is reported on the object and by `simulate`), so equal nodes group.
+        why = "rejected" if node.topology_error else "missing"
         if requested is not None and requested is not TopologyPolicy.NONE:
             return Status(
                 StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                f"node {node.name} has no usable NUMA topology ({why}); pod asks for {requested.value}",
+                f"node(s) had no usable NUMA topology ({why}); pod asks for {requested.value}",
                 PLUGIN_NAME,
             )
         if self.unknown_topology is UnknownTopology.ALLOW:
@@ -383,16 +410,17 @@ class NumaAwarePlugin:
             return None
         return Status(
             StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
-            f"node {node.name} has no usable NUMA topology ({why}); pod needs {needs}, which "
+            f"node(s) had no usable NUMA topology ({why}); pod needs {needs}, which "
             f"{ARG_UNKNOWN_TOPOLOGY}: {self.unknown_topology.value} keeps off such nodes",
             PLUGIN_NAME,
         )
 
     def _pinned_needs(self, task: TaskInfo) -> str:
-        cached = self._needs.get(task.uid)
+        state = self._cycle_state(task)
+        cached: str | None = state.get(_NEEDS_KEY)
         if cached is None:
             cached = pinned_needs(task, self._device_resources())
-            self._needs[task.uid] = cached
+            state.write(_NEEDS_KEY, cached)
         return cached
 
     def _device_resources(self) -> frozenset[str]:
@@ -412,7 +440,7 @@ class NumaAwarePlugin:
         assert node.topology is not None
         placement = place_pod(task, node.topology, free_resources(node), self.providers, policy)
         if not placement.admitted:
-            return Status.unschedulable(f"node {node.name}: {placement.reason}", PLUGIN_NAME)
+            return Status.unschedulable(placement.reason, PLUGIN_NAME)
         return placement
 
     def admit(self, task: TaskInfo, node: NodeInfo) -> Placement | Admission | Status:
@@ -426,13 +454,15 @@ class NumaAwarePlugin:
         topology = node.topology
         assert topology is not None
         state = self._node_state(node, topology)
-        shape = (policy, task_shape(task))
+        shape = (policy, self._pod(task).shape)
         outcome = state.outcomes.get(shape)
         if outcome is None:
             outcome = self._equivalent_outcome(task, node, topology, state, shape, policy)
         if isinstance(outcome, Status):
             return outcome
-        self._remember(task, node.name, _Decision(outcome, state.free, topology, policy, (state.class_id, shape)))
+        self._remember(
+            task, node.name, _Decision(outcome, state.free, topology, policy, (state.class_id, shape), node.generation)
+        )
         return outcome
 
     def _node_state(self, node: NodeInfo, topology: NumaTopology) -> _NodeState:
@@ -467,7 +497,7 @@ class NumaAwarePlugin:
         if shared is not None and (shared.pod is None or shared.pod == task.key):
             outcome: Placement | Admission | Status
             if isinstance(shared.outcome, str):
-                outcome = Status.unschedulable(f"node {node.name}: {shared.outcome}", PLUGIN_NAME)
+                outcome = Status.unschedulable(shared.outcome, PLUGIN_NAME)
             else:
                 outcome = shared.outcome
             if shared.pod is None:
@@ -479,7 +509,7 @@ class NumaAwarePlugin:
             names_pod = task.key in reason
             if node.name not in reason and topology.node_name not in reason:
                 self._equivalent[key] = _Shared(reason, task.key if names_pod else None)
-            refusal = Status.unschedulable(f"node {node.name}: {reason}", PLUGIN_NAME)
+            refusal = Status.unschedulable(reason, PLUGIN_NAME)
             if not names_pod:
                 state.outcomes[shape] = refusal
             return refusal
@@ -488,21 +518,16 @@ class NumaAwarePlugin:
         return placed
 
     def _remember(self, task: TaskInfo, node_name: str, decision: _Decision) -> None:
-        if task.uid != self._task_uid:
-            # Only the task being decided is kept: its nodes' decisions serve its scoring and its
-            # allocation; a new task means the last one is placed or has failed.
-            self._decided.clear()
-            self._task_uid = task.uid
-        self._decided[node_name] = decision
+        # Kept in the pod's CycleState: its nodes' decisions serve its scoring and its allocation.
+        self._pod(task).decided[node_name] = decision
 
     def _recall(self, task: TaskInfo, node_name: str) -> _Decision | None:
-        return self._decided.get(node_name) if task.uid == self._task_uid else None
+        return self._pod(task).decided.get(node_name)
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
         outcome = self.admit(task, node)
         if isinstance(outcome, Status):
-            if task.uid == self._task_uid:
-                self._decided.pop(node.name, None)
+            self._pod(task).decided.pop(node.name, None)
             return outcome
         return SUCCESS
 
@@ -543,6 +568,18 @@ class NumaAwarePlugin:
         decision = self._recall(task, node.name)
         if topology is None or decision is None:
             return None
+        # The ids chosen, and so their quality, are the same on every node of the class.
+        memo_key = (*decision.equivalence, tuple(resources))
+        if memo_key in self._qualities and decision.generation == node.generation:
+            return self._qualities[memo_key]
+        quality = self._computed_quality(task, node, topology, decision, resources)
+        if decision.generation == node.generation:
+            self._qualities[memo_key] = quality
+        return quality
+
+    def _computed_quality(
+        self, task: TaskInfo, node: NodeInfo, topology: NumaTopology, decision: _Decision, resources: Sequence[str]
+    ) -> tuple[int, int, int] | None:
         outcome = decision.outcome
         if not isinstance(outcome, Placement):
             completed = self._allocation(task, node, decision)
@@ -552,7 +589,7 @@ class NumaAwarePlugin:
             self._remember(task, node.name, attrs.evolve(decision, outcome=completed))
         if outcome.allocation is None:
             return None
-        total = (0, 0, 0)
+        total: tuple[int, int, int] = (0, 0, 0)
         for resource in resources:
             quality = set_quality(resource, outcome.allocation.devices(resource), topology, node.free_devices(resource))
             total = (
@@ -569,7 +606,7 @@ class NumaAwarePlugin:
         task.allocation in the node's NUMA ledger, so later pods of this session see it."""
         task, node = event.task, event.node
         decision = self._recall(task, node.name)
-        self._forget_node(node.name)
+        self._forget_node(task, node.name)
         if node.topology is None:
             return
         task.allocation = None
@@ -606,9 +643,13 @@ class NumaAwarePlugin:
         topology = node.topology
         if decision is None or decision.topology is not topology or self._policy(task, node) != decision.policy:
             return self.place(task, node)
-        free = free_resources(node)
-        if free != decision.free:
-            return self.place(task, node)
+        free = decision.free
+        # At the decision's generation the node is as the decision saw it; after that (on_allocate
+        # runs once the node holds the task) its free resources tell.
+        if decision.generation != node.generation:
+            free = free_resources(node)
+            if free != decision.free:
+                return self.place(task, node)
         if isinstance(decision.outcome, Placement):
             return decision.outcome
         assert topology is not None
@@ -618,18 +659,18 @@ class NumaAwarePlugin:
             return completed
         placement = allocate_admitted(task, decision.outcome, topology, free, self.providers, decision.policy)
         if not placement.admitted:
-            return Status.unschedulable(f"node {node.name}: {placement.reason}", PLUGIN_NAME)
+            return Status.unschedulable(placement.reason, PLUGIN_NAME)
         self._completed[decision.equivalence] = placement
         return placement
 
     def on_deallocate(self, event: Event) -> None:
         # The statement removes the allocation from the node's ledger and clears it on roll back;
         # an evicted (releasing) task keeps holding its CPUs and devices until it is gone.
-        self._forget_node(event.node.name)
+        self._forget_node(event.task, event.node.name)
 
-    def _forget_node(self, node_name: str) -> None:
+    def _forget_node(self, task: TaskInfo, node_name: str) -> None:
         # Only the current task's decisions are kept, one per node.
-        self._decided.pop(node_name, None)
+        self._pod(task).decided.pop(node_name, None)
 
 
 class TopologyFingerprint:
@@ -686,6 +727,23 @@ class _Decision:
     policy: TopologyPolicy
     # The node's equivalence class and the pod's shape (with the policy) it was decided for.
     equivalence: tuple[int, Hashable]
+    # The node's generation when it was decided.
+    generation: int
+
+
+# CycleState keys of this plugin.
+_POD_KEY = "numa-aware/pod"
+_NEEDS_KEY = "numa-aware/pinned-needs"
+
+
+@attrs.frozen(slots=True)
+class _PodData:
+    """What numa-aware reads of the pod being decided, once per pod, and its admission per node."""
+
+    # The policy it asks for (None: none), or why its annotation rules out every node.
+    policy: TopologyPolicy | Status | None
+    shape: Hashable
+    decided: dict[str, _Decision]
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:

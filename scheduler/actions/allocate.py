@@ -26,6 +26,7 @@ from numasched.api.resource import Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
+from numasched.scheduler.framework.equivalence import FAILURES, GENERATION, SCORE, ClassAnswers, EquivalenceMemo
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.framework.statement import JobOutcome, Statement, settle_job
 from numasched.scheduler.framework.status import Status, StatusCode
@@ -122,6 +123,25 @@ def resource_fit(task: TaskInfo, node: NodeInfo) -> list[Status]:
     ]
 
 
+def _failures_on(
+    ssn: Session, task: TaskInfo, node: NodeInfo, check_resources: bool, insufficient: dict[str, Status]
+) -> tuple[Status, ...] | None:
+    """Why the node cannot take the task (the action's resource check, then the plugins'
+    predicates), or None when it can."""
+    if check_resources:
+        missing = task.init_resreq.insufficient_after(node.idle, node.releasing, node.pipelined)
+        if missing:
+            statuses = []
+            for name in missing:
+                status = insufficient.get(name)
+                if status is None:
+                    status = insufficient[name] = Status.unschedulable(f"Insufficient {name}", ACTION_NAME)
+                statuses.append(status)
+            return tuple(statuses)
+    status = ssn.predicate(task, node)
+    return None if status.passed else (status,)
+
+
 def feasible_nodes(
     ssn: Session,
     task: TaskInfo,
@@ -135,6 +155,9 @@ def feasible_nodes(
     With nodes_to_find below len(nodes) the scan starts at the session's scan offset, stops once
     that many nodes have passed, and moves the offset past the nodes it visited. A scan that
     finds fewer has visited every node.
+
+    Answers come from the session's equivalence memo where the task's class has one for the
+    node's generation (framework/equivalence.py); they are the answers the checks would give.
     """
     total = len(nodes)
     sampled = nodes_to_find is not None and nodes_to_find < total
@@ -142,28 +165,31 @@ def feasible_nodes(
     order = nodes if start == 0 else [*nodes[start:], *nodes[:start]]
     wanted = nodes_to_find if sampled and nodes_to_find is not None else total
     passing: list[NodeInfo] = []
-    failures: dict[str, list[Status]] = {}
+    failures: dict[str, Sequence[Status]] = {}
     visited = 0
-    request = task.init_resreq
     # One Status per missing resource, shared by the nodes that lack it (Status is frozen).
     insufficient: dict[str, Status] = {}
+    class_key = ssn.equivalence_class(task)
+    memo = ssn.memo
+    answers: ClassAnswers | None = None
+    if memo is not None and class_key is not None:
+        answers = memo.answers((check_resources, class_key))
     for node in order:
         visited += 1
-        if check_resources:
-            missing = request.insufficient_after(node.idle, node.releasing, node.pipelined)
-            if missing:
-                statuses = []
-                for name in missing:
-                    status = insufficient.get(name)
-                    if status is None:
-                        status = insufficient[name] = Status.unschedulable(f"Insufficient {name}", ACTION_NAME)
-                    statuses.append(status)
-                failures[node.name] = statuses
-                continue
-        status = ssn.predicate(task, node)
-        if not status.passed:
-            failures[node.name] = [status]
-            if status.code is StatusCode.ERROR and ssn.fault_of(task) is not None:
+        known = answers.get(node.name) if answers is not None else None
+        if known is not None and known[GENERATION] == node.generation and known[FAILURES] is not _UNASKED:
+            failed = known[FAILURES]
+        else:
+            failed = _failures_on(ssn, task, node, check_resources, insufficient)
+            if answers is not None and _shareable(ssn, task, failed):
+                if known is not None and known[GENERATION] == node.generation:
+                    known[FAILURES] = failed
+                else:
+                    answers[node.name] = [node.generation, failed, None]
+        if failed is not None:
+            assert isinstance(failed, tuple)
+            failures[node.name] = failed
+            if failed[0].code is StatusCode.ERROR and ssn.fault_of(task) is not None:
                 # A plugin raised for this task: it fails this cycle, no need to try the others.
                 break
             continue
@@ -177,14 +203,43 @@ def feasible_nodes(
     return passing
 
 
+# A node whose predicates were not asked yet for the class (only its score is known).
+_UNASKED = object()
+
+
+def _shareable(ssn: Session, task: TaskInfo, failed: tuple[Status, ...] | None) -> bool:
+    """Whether an answer may serve the other pods of the task's class: not when a plugin raised
+    (the fault is this task's), nor when a reason names this pod."""
+    if failed is None:
+        return True
+    if ssn.fault_of(task) is not None:
+        return False
+    key = task.key
+    return not any(key in status.reason for status in failed)
+
+
 def choose_node(ssn: Session, task: TaskInfo, candidates: list[NodeInfo]) -> NodeInfo:
     """A best-node plugin's choice, else the highest total score; ties go to the smallest name
     so the same cluster always gets the same placement. (After a scoring plugin raised the
     caller finds the fault on the session and places nothing.)"""
     batch = ssn.batch_node_order(task, candidates)
     by_score: dict[float, list[NodeInfo]] = {}
+    class_key = ssn.equivalence_class(task)
+    memo = ssn.memo
+    answers = memo.answers((True, class_key)) if memo is not None and class_key is not None else None
     for node in candidates:
-        score = ssn.node_order(task, node) + batch.get(node.name, 0.0)
+        known = answers.get(node.name) if answers is not None else None
+        if known is not None and known[GENERATION] == node.generation and known[SCORE] is not None:
+            score = known[SCORE]
+            assert isinstance(score, float)
+        else:
+            score = ssn.node_order(task, node)
+            if answers is not None and ssn.fault_of(task) is None:
+                if known is not None and known[GENERATION] == node.generation:
+                    known[SCORE] = score
+                else:
+                    answers[node.name] = [node.generation, _UNASKED, score]
+        score += batch.get(node.name, 0.0)
         by_score.setdefault(score, []).append(node)
     chosen = ssn.best_node(task, by_score)
     if chosen is not None:
@@ -224,6 +279,9 @@ class AllocateAction:
     name = ACTION_NAME
 
     def __init__(self) -> None:
+        # Predicate and score answers per equivalence class, kept across sessions of one
+        # configuration (node generations say which still hold).
+        self.memo = EquivalenceMemo()
         # The last arguments read and what they gave, so a bad value is reported once per change
         # of the configuration rather than every session.
         self._read: tuple[dict[str, Any], SamplingOptions] | None = None
@@ -239,6 +297,8 @@ class AllocateAction:
         return options
 
     def execute(self, ssn: Session) -> None:
+        self.memo.bind(ssn.config)
+        ssn.memo = self.memo
         nodes = sorted(ssn.nodes.values(), key=lambda node: node.name)
         nodes_to_find = self.sampling(ssn).nodes_to_find(len(nodes))
         by_queue: dict[str, list[JobInfo]] = {}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from numasched.scheduler.framework.arguments import Arguments
 
 if TYPE_CHECKING:
+    from numasched.api.task import TaskInfo
     from numasched.scheduler.framework.session import Session
 
 
@@ -21,6 +22,20 @@ class Plugin(Protocol):
 
 
 PluginBuilder = Callable[[Arguments], Plugin]
+
+
+@runtime_checkable
+class DeclaresEquivalence(Protocol):
+    """A plugin whose predicate and node-order answers depend only on the node's state and on
+    what of the pod `equivalence_key` returns (and on the plugin's arguments). The engine then
+    memoises those answers per (key, node generation) and shares them between equivalent pods
+    (framework/equivalence.py). A plugin that registers a predicate or node-order function without
+    this method turns the memo off, so declaring it is a promise, not an optimisation hint:
+    whatever the functions read of the pod must be in the key.
+    A status whose reason names the pod it was computed for is never shared."""
+
+    def equivalence_key(self, task: TaskInfo) -> Hashable: ...
+
 
 # A hint provider factory; its protocol belongs to the numa-aware plugin, not to the framework.
 HintProviderFactory = Callable[..., object]

@@ -8,7 +8,7 @@ spelled out on each evaluation method.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -20,7 +20,9 @@ from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.framework.arguments import Arguments
-from numasched.scheduler.framework.plugin import Plugin
+from numasched.scheduler.framework.cycle_state import CycleState
+from numasched.scheduler.framework.equivalence import EquivalenceMemo, resource_key
+from numasched.scheduler.framework.plugin import DeclaresEquivalence, Plugin
 from numasched.scheduler.framework.status import (
     SUCCESS,
     PluginFault,
@@ -56,6 +58,7 @@ POINT_ALLOCATE_EVENT = "allocateEvent"
 POINT_DEALLOCATE_EVENT = "deallocateEvent"
 POINT_SESSION_OPEN = "onSessionOpen"
 POINT_SESSION_CLOSE = "onSessionClose"
+POINT_EQUIVALENCE = "equivalenceKey"
 
 PredicateFn = Callable[[TaskInfo, NodeInfo], Status]
 PrePredicateFn = Callable[[TaskInfo], Status]
@@ -179,7 +182,7 @@ class Session:
         self.job_faults: dict[str, PluginFault] = {}
 
         # task uid -> node name -> why the task did not fit there.
-        self.fit_errors: dict[str, dict[str, list[Status]]] = {}
+        self.fit_errors: dict[str, dict[str, Sequence[Status]]] = {}
         # Where the next sampled predicate scan starts, as an index into the action's node order:
         # each scan goes on where the previous one stopped, so every node gets its turn.
         self.node_scan_offset = 0
@@ -188,6 +191,14 @@ class Session:
         # Statements of pipelined jobs: neither bound nor rolled back (Volcano keeps them).
         self.kept_statements: dict[str, list[Statement]] = {}
         self.job_updates: dict[str, JobUpdate] = {}
+        # The memo of predicate and score answers per equivalence class (set by the allocate
+        # action, which keeps it across sessions); None: every answer is computed.
+        self.memo: EquivalenceMemo | None = None
+        # Per task uid, its equivalence class this session (None: not memoised).
+        self._classes: dict[str, Hashable | None] = {}
+        # Plugins that answer per node and declare what of a pod they read; None until asked.
+        self._equivalence_plugins: list[tuple[str, DeclaresEquivalence]] | None = None
+        self._cycle_state = CycleState("")
         self._tiers_cache: dict[str, list[list[str]]] = {}
         # (point, id of the registration dict) -> its functions in tier order; cleared on registration.
         self._ordered_cache: dict[tuple[str, int], list[tuple[str, Any]]] = {}
@@ -224,6 +235,52 @@ class Session:
                 plugin.on_session_close(self)
             except Exception as error:
                 self.record_fault(name, POINT_SESSION_CLOSE, error)
+
+    def cycle_state(self, task: TaskInfo) -> CycleState:
+        """The per-pod state of the task being decided: one per task, fresh for each new task."""
+        state = self._cycle_state
+        if state.task_uid != task.uid:
+            state = self._cycle_state = CycleState(task.uid)
+        return state
+
+    def equivalence_class(self, task: TaskInfo) -> Hashable | None:
+        """The task's class for the memo: every per-node plugin's key; None when there is no memo,
+        when a plugin answering per node declares no key, or when one raised computing it."""
+        if self.memo is None:
+            return None
+        uid = task.uid
+        if uid in self._classes:
+            return self._classes[uid]
+        plugins = self._declaring_plugins()
+        key: Hashable | None = None
+        if plugins is not None:
+            name = ""
+            try:
+                # The allocate action's own resource check reads the request.
+                parts: list[Hashable] = [resource_key(task.init_resreq)]
+                for name, plugin in plugins:  # noqa: B007 - named in the fault
+                    parts.append(plugin.equivalence_key(task))
+                key = tuple(parts)
+            except Exception as error:
+                self.record_fault(name, POINT_EQUIVALENCE, error, task=task)
+                key = None
+        self._classes[uid] = key
+        return key
+
+    def _declaring_plugins(self) -> list[tuple[str, DeclaresEquivalence]] | None:
+        if self._equivalence_plugins is None:
+            answering = set(self._predicate_fns) | set(self._node_order_fns)
+            declaring: list[tuple[str, DeclaresEquivalence]] = []
+            for name in sorted(answering):
+                plugin = self.plugins.get(name)
+                if not isinstance(plugin, DeclaresEquivalence):
+                    _log.debug("no equivalence memo this session: a plugin declares no key", plugin=name)
+                    self._equivalence_plugins = []
+                    self.memo = None
+                    return None
+                declaring.append((name, plugin))
+            self._equivalence_plugins = declaring
+        return self._equivalence_plugins if self.memo is not None else None
 
     def pending_tasks(self) -> list[TaskInfo]:
         return [task for job in self.jobs.values() for task in job.tasks.values() if task.status is TaskStatus.PENDING]
@@ -563,20 +620,18 @@ class Session:
     # -- bookkeeping -----------------------------------------------------------------------------
 
     def record_fit_error(self, task: TaskInfo, node_name: str, status: Status) -> None:
-        self.fit_errors.setdefault(task.uid, {}).setdefault(node_name, []).append(status)
+        self.record_fit_errors(task, {node_name: (status,)})
 
-    def record_fit_errors(self, task: TaskInfo, per_node: dict[str, list[Status]]) -> None:
-        """Why the task did not fit on each of these nodes (adds to what is already recorded)."""
+    def record_fit_errors(self, task: TaskInfo, per_node: Mapping[str, Sequence[Status]]) -> None:
+        """Why the task did not fit on each of these nodes (adds to what is already recorded).
+        The sequences are kept as given and never changed: memoised answers are shared."""
         recorded = self.fit_errors.get(task.uid)
         if recorded is None:
-            self.fit_errors[task.uid] = per_node
+            self.fit_errors[task.uid] = dict(per_node)
             return
         for node_name, statuses in per_node.items():
             known = recorded.get(node_name)
-            if known is None:
-                recorded[node_name] = statuses
-            else:
-                known.extend(statuses)
+            recorded[node_name] = statuses if known is None else (*known, *statuses)
 
     def fit_error_message(self, task: TaskInfo) -> str:
         return fit_error_summary(len(self.nodes), self.fit_errors.get(task.uid, {}))

@@ -1,0 +1,216 @@
+"""The engine's equivalence memo: predicate and score answers shared by the pods of one class at
+one node generation, never shared where a plugin does not declare what it reads, never across a
+change of the node, and dropped with the configuration."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Hashable
+
+from numasched.api.job import JobInfo
+from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
+from numasched.api.snapshot import ClusterSnapshot
+from numasched.api.task import TaskInfo
+from numasched.conf.model import PluginOption, SchedulerConfig, Tier
+from numasched.scheduler.actions.allocate import AllocateAction, feasible_nodes
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.equivalence import MAX_CLASSES, EquivalenceMemo
+from numasched.scheduler.framework.registry import Registry
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
+
+GPU = "nvidia.com/gpu"
+
+
+def node(index: int, gpus: int = 8) -> NodeInfo:
+    return NodeInfo.create(f"n{index:03d}", Resource(milli_cpu=64000, memory=512e9, scalars={GPU: gpus * 1000.0}))
+
+
+def task(uid: str, *, gpus: int = 1, colour: str = "blue") -> TaskInfo:
+    request = Resource(milli_cpu=1000, memory=1e9, scalars={GPU: gpus * 1000.0})
+    return TaskInfo(
+        uid=uid,
+        namespace="ns",
+        name=uid,
+        job_id=f"job-{uid}",
+        resreq=request,
+        init_resreq=request.clone(),
+        labels={"colour": colour},
+    )
+
+
+class ColourPredicate:
+    """Passes nodes whose index parity matches the pod's colour; counts what it is asked.
+    With `declares`, it says it reads the pod's colour label only."""
+
+    name = "colour"
+
+    def __init__(self, declares: bool, names_pod: bool = False) -> None:
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self.scores: Counter[tuple[str, str]] = Counter()
+        self.names_pod = names_pod
+        if declares:
+            self.equivalence_key = self._key  # type: ignore[method-assign]
+
+    def _key(self, task: TaskInfo) -> Hashable:
+        return task.labels.get("colour")
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_predicate_fn(self.name, self.predicate)
+        ssn.add_node_order_fn(self.name, self.score)
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None
+
+    def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
+        self.calls[(task.uid, node.name)] += 1
+        even = int(node.name[1:]) % 2 == 0
+        if even == (task.labels.get("colour") == "blue"):
+            return SUCCESS
+        reason = f"{task.key} is the wrong colour" if self.names_pod else "node(s) are the wrong colour"
+        return Status(StatusCode.UNSCHEDULABLE, reason)
+
+    def score(self, task: TaskInfo, node: NodeInfo) -> float:
+        self.scores[(task.uid, node.name)] += 1
+        return float(len(node.tasks))
+
+
+class Undeclared:
+    """A predicate plugin that says nothing about what it reads."""
+
+    name = "undeclared"
+
+    def __init__(self, arguments: Arguments) -> None:
+        self.calls = 0
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_predicate_fn(self.name, self.predicate)
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None
+
+    def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
+        self.calls += 1
+        return SUCCESS
+
+
+def config(*names: str) -> SchedulerConfig:
+    return SchedulerConfig(actions=("allocate",), tiers=(Tier(tuple(PluginOption(name) for name in names)),))
+
+
+def registry_with(colour: ColourPredicate, undeclared: Undeclared | None = None) -> Registry:
+    registry = default_registry()
+    registry.register_plugin("colour", lambda arguments: colour)
+    if undeclared is not None:
+        registry.register_plugin("undeclared", lambda arguments: undeclared)
+    return registry
+
+
+def session(nodes: list[NodeInfo], registry: Registry, conf: SchedulerConfig, memo: EquivalenceMemo) -> Session:
+    snapshot = ClusterSnapshot(nodes={n.name: n for n in nodes})
+    ssn = Session(snapshot, conf, registry)
+    ssn.open()
+    memo.bind(conf)
+    ssn.memo = memo
+    return ssn
+
+
+def test_pods_of_one_class_share_answers_until_the_node_changes() -> None:
+    colour = ColourPredicate(declares=True)
+    nodes = [node(i) for i in range(6)]
+    conf = config("colour")
+    ssn = session(nodes, registry_with(colour), conf, EquivalenceMemo())
+    first = feasible_nodes(ssn, task("a"), nodes, check_resources=True)
+    second = feasible_nodes(ssn, task("b"), nodes, check_resources=True)
+    assert [n.name for n in first] == [n.name for n in second] == ["n000", "n002", "n004"]
+    assert sum(count for (uid, _), count in colour.calls.items() if uid == "b") == 0
+    # A node that changes is asked again, the others are not.
+    nodes[2].touch()
+    feasible_nodes(ssn, task("c"), nodes, check_resources=True)
+    assert [name for (uid, name) in colour.calls if uid == "c"] == ["n002"]
+    # Another class is asked everything.
+    feasible_nodes(ssn, task("d", colour="red"), nodes, check_resources=True)
+    assert len([1 for (uid, _) in colour.calls if uid == "d"]) == 6
+    # Fit errors of a memoised answer are the same as those of a computed one.
+    assert ssn.fit_error_message(task("b")) == ssn.fit_error_message(task("a"))
+    assert ssn.fit_error_message(task("a")) == "0/6 nodes are available: 3 node(s) are the wrong colour."
+
+
+def test_a_plugin_without_a_key_turns_the_memo_off() -> None:
+    colour, undeclared = ColourPredicate(declares=True), Undeclared(Arguments())
+    nodes = [node(i) for i in range(4)]
+    ssn = session(nodes, registry_with(colour, undeclared), config("colour", "undeclared"), EquivalenceMemo())
+    for uid in ("a", "b", "c"):
+        feasible_nodes(ssn, task(uid), nodes, check_resources=True)
+    assert len(colour.calls) == 3 * 4
+    assert ssn.equivalence_class(task("a")) is None and ssn.memo is None
+
+
+def test_a_reason_naming_the_pod_is_not_shared() -> None:
+    colour = ColourPredicate(declares=True, names_pod=True)
+    nodes = [node(i) for i in range(4)]
+    ssn = session(nodes, registry_with(colour), config("colour"), EquivalenceMemo())
+    feasible_nodes(ssn, task("a"), nodes, check_resources=True)
+    feasible_nodes(ssn, task("b"), nodes, check_resources=True)
+    # Passing nodes are shared; the failing ones (whose reason names the pod) are asked again.
+    assert sorted(name for (uid, name) in colour.calls if uid == "b") == ["n001", "n003"]
+    assert "ns/b is the wrong colour" in ssn.fit_error_message(task("b"))
+
+
+def test_the_memo_outlives_the_session_but_not_the_configuration() -> None:
+    colour = ColourPredicate(declares=True)
+    nodes = [node(i) for i in range(4)]
+    registry, conf, memo = registry_with(colour), config("colour"), EquivalenceMemo()
+    feasible_nodes(session(nodes, registry, conf, memo), task("a"), nodes, check_resources=True)
+    feasible_nodes(session(nodes, registry, conf, memo), task("b"), nodes, check_resources=True)
+    assert not [1 for (uid, _) in colour.calls if uid == "b"]
+    # A reloaded configuration (another object, even if equal) starts empty.
+    feasible_nodes(session(nodes, registry, config("colour"), memo), task("c"), nodes, check_resources=True)
+    assert len([1 for (uid, _) in colour.calls if uid == "c"]) == 4
+
+
+def test_the_memo_keeps_only_the_most_recent_classes() -> None:
+    memo = EquivalenceMemo()
+    memo.bind(object())
+    first = memo.answers(("class", 0))
+    first["n"] = [1, None, None]
+    for index in range(1, MAX_CLASSES):
+        memo.answers(("class", index))
+    assert memo.answers(("class", 0)) is first  # used again: now the most recent
+    memo.answers(("class", MAX_CLASSES))
+    assert len(memo) == MAX_CLASSES
+    assert memo.answers(("class", 0)) is first
+    assert memo.answers(("class", 1)) == {}  # the least recently used was dropped
+
+
+def _placements(declares: bool, seed: int) -> dict[str, str]:
+    """Allocate random jobs on random nodes; with or without the memo (a plugin that declares no
+    key turns it off); returns where each pod went."""
+    rng = random.Random(seed)
+    nodes = [node(i, gpus=rng.choice((2, 4, 8))) for i in range(rng.randint(3, 12))]
+    jobs = {}
+    for index in range(rng.randint(5, 40)):
+        job = JobInfo(uid=f"j{index:03d}", namespace="ns", name=f"j{index:03d}", creation_timestamp=index)
+        job.add_task(task(f"t{index:03d}", gpus=rng.choice((1, 2, 4)), colour=rng.choice(("blue", "red"))))
+        job.tasks[f"t{index:03d}"].job_id = job.uid
+        jobs[job.uid] = job
+    colour = ColourPredicate(declares=True)
+    names = ("colour", "predicates", "nodeorder") if declares else ("colour", "predicates", "undeclared", "nodeorder")
+    registry = registry_with(colour, Undeclared(Arguments()))
+    snapshot = ClusterSnapshot(nodes={n.name: n for n in nodes}, jobs=jobs)
+    ssn = Session(snapshot, config(*names), registry)
+    ssn.open()
+    AllocateAction().execute(ssn)
+    placed = {t.uid: t.node_name for job in jobs.values() for t in job.tasks.values()}
+    assert (ssn.memo is not None) is declares
+    return placed
+
+
+def test_placements_with_the_memo_are_those_computed_afresh() -> None:
+    # The undeclared plugin passes every node: the two runs ask the same questions, one of them
+    # answering from the memo.
+    for seed in range(30):
+        assert _placements(True, seed) == _placements(False, seed)
