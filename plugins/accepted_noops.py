@@ -15,16 +15,12 @@ from numasched.scheduler.framework.session import Session
 _log = structlog.get_logger(__name__)
 
 ACCEPTED_NOOP_PLUGINS: tuple[str, ...] = (
-    "capacity",
     "cdp",
     "deviceshare",
-    "drf",
     "extender",
     "network-topology-aware",
     "nodegroup",
-    "overcommit",
     "pdb",
-    "proportion",
     "rescheduling",
     "resource-strategy-fit",
     "resourcequota",

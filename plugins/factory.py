@@ -3,7 +3,18 @@ no plugin; the runtime calls this to fill a registry."""
 
 from __future__ import annotations
 
-from numasched.plugins import binpack, conformance, gang, nodeorder, predicates, priority
+from numasched.plugins import (
+    binpack,
+    capacity,
+    conformance,
+    drf,
+    gang,
+    nodeorder,
+    overcommit,
+    predicates,
+    priority,
+    proportion,
+)
 from numasched.plugins.accepted_noops import ACCEPTED_NOOP_PLUGINS, WarnOnce, noop_builder
 from numasched.plugins.numaaware import plugin as numaaware_plugin
 from numasched.scheduler.framework.registry import Registry
@@ -18,6 +29,10 @@ def register_builtin_plugins(registry: Registry, warnings: WarnOnce) -> None:
     registry.register_plugin(predicates.PLUGIN_NAME, predicates.build)
     registry.register_plugin(nodeorder.PLUGIN_NAME, nodeorder.build)
     registry.register_plugin(binpack.PLUGIN_NAME, binpack.build)
+    registry.register_plugin(proportion.PLUGIN_NAME, proportion.build)
+    registry.register_plugin(capacity.PLUGIN_NAME, capacity.build)
+    registry.register_plugin(drf.PLUGIN_NAME, drf.build)
+    registry.register_plugin(overcommit.PLUGIN_NAME, overcommit.build)
     registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
     for name in ACCEPTED_NOOP_PLUGINS:
         registry.register_plugin(name, noop_builder(name, warnings))

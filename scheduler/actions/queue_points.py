@@ -1,0 +1,54 @@
+"""Queue order and overuse, asked of the plugins that implement them (proportion, capacity).
+
+Volcano's session has QueueOrderFn and OverusedFn points; numasched's session does not (yet), so
+the evicting actions ask the session's plugins directly, in tier order, honouring each plugin's
+enableQueueOrder / enabledOverused flag exactly as a session point would.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from numasched.api.snapshot import QueueInfo
+from numasched.scheduler.framework.session import Session
+
+POINT_QUEUE_ORDER = "queueOrder"
+POINT_OVERUSED = "overused"
+
+
+@runtime_checkable
+class QueuePolicy(Protocol):
+    def overused(self, queue: QueueInfo) -> bool: ...
+
+    def queue_order(self, first: QueueInfo, second: QueueInfo) -> int: ...
+
+
+def _policies(ssn: Session, point: str) -> list[QueuePolicy]:
+    found: list[QueuePolicy] = []
+    for tier in ssn.config.tiers:
+        for option in tier.plugins:
+            plugin = ssn.plugins.get(option.name)
+            if option.is_enabled(point) and isinstance(plugin, QueuePolicy):
+                found.append(plugin)
+    return found
+
+
+def overused(ssn: Session, queue: QueueInfo) -> bool:
+    """True when any enabled plugin says the queue holds at least what it deserves."""
+    return any(policy.overused(queue) for policy in _policies(ssn, POINT_OVERUSED))
+
+
+def sorted_queues(ssn: Session, queues: Iterable[QueueInfo]) -> list[QueueInfo]:
+    """The first plugin with an opinion decides; then the queue name."""
+    policies = _policies(ssn, POINT_QUEUE_ORDER)
+
+    def compare(first: QueueInfo, second: QueueInfo) -> int:
+        for policy in policies:
+            verdict = policy.queue_order(first, second)
+            if verdict != 0:
+                return verdict
+        return (first.name > second.name) - (first.name < second.name)
+
+    return sorted(queues, key=functools.cmp_to_key(compare))
