@@ -1,4 +1,5 @@
-"""The `numasched` command: simulate, run (the scheduler) and exporter (the node agent).
+"""The `numasched` command: simulate, run (the scheduler), exporter (the node's topology) and agent
+(the exporter that also pins the containers numasched decided).
 
 Exit codes are numasched.cli_exit_codes: bad input is one line on stderr and a documented code,
 never a Python traceback.
@@ -36,6 +37,12 @@ COMMANDS = (
         "run the node agent that discovers and publishes this node's topology",
         "Discover NUMA, CPU, memory, GPU and NIC topology and publish a Numatopology object.",
     ),
+    (
+        "agent",
+        "run the exporter and pin the cgroups of the containers numasched decided (replaces the exporter)",
+        "Publish this node's topology as the exporter does, pin the CPUs and memory NUMA nodes of every "
+        "container numasched decided and the kubelet does not pin, and report decisions the node did not follow.",
+    ),
 )
 
 
@@ -48,6 +55,10 @@ def _add_command_arguments(command: str, parser: argparse.ArgumentParser) -> Non
         from numasched.scheduler.runner import add_run_arguments
 
         add_run_arguments(parser)
+    elif command == "agent":
+        from numasched.exporter.enforce_command import add_agent_arguments
+
+        add_agent_arguments(parser)
     else:
         from numasched.exporter.command import add_exporter_arguments
 
@@ -126,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from numasched.scheduler.runner import run_scheduler
 
         return anyio.run(run_scheduler, args)
+    if args.command == "agent":
+        from numasched.exporter.enforce_command import run_agent
+
+        return anyio.run(run_agent, args)
     from numasched.exporter.command import run_exporter
 
     return anyio.run(run_exporter, args)
