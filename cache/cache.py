@@ -4,10 +4,18 @@ Objects arrive as JSON (from the informers or the simulator) and are converted o
 A bad object is reported through `on_problem` and skipped; it never stops the others. Pods the
 scheduler has placed but the API server has not yet confirmed are kept as assumptions, so the next
 cycle sees their CPUs and devices as taken.
+
+The cache keeps every node accounted (its tasks added, topology set, unknown holders marked) and
+brings a node up to date only when something it depends on changed: a pod on it (before or after
+the change), the Node, its Numatopology or NodeResourceTopology, an assumption. Such nodes are
+marked dirty on the event and rebuilt from their own tasks at the next snapshot, so a snapshot
+costs copies, not accounting, and a node nothing touched keeps its `generation` from one snapshot
+to the next (kube-scheduler's UpdateSnapshot).
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
@@ -127,6 +135,18 @@ class Cache:
         self.problems: dict[tuple[str, str], str] = {}
         # Objects read with a warning (a namespace on a cluster-scoped kind), by (kind, name).
         self.warnings: dict[tuple[str, str], str] = {}
+        # Incremental accounting. Every task with a node (its spec.nodeName, else the node it is
+        # assumed on) is indexed under that node; a node is rebuilt from those tasks when dirty.
+        self._host_of: dict[str, str] = {}
+        self._uids_by_node: dict[str, set[str]] = {}
+        # When each task entered _tasks: a rebuilt node adds its tasks in the order a snapshot of
+        # the whole cluster would (node.tasks order is seen by plugins and messages).
+        self._task_order: dict[str, int] = {}
+        self._task_sequence = itertools.count()
+        # Each task's job id and whether that is a PodGroup, read once per pod version.
+        self._job_of: dict[str, tuple[str, bool]] = {}
+        self._accounted: dict[str, NodeInfo] = {}
+        self._dirty: set[str] = set()
         self._handlers = self._handler_table()
 
     # ---- events -------------------------------------------------------------------------------
@@ -212,18 +232,25 @@ class Cache:
             self._task_uid_by_key.pop(old.key, None)
         if task is None:
             self._assumed.pop(key, None)
+            self._task_order.pop(key, None)
+            self._job_of.pop(key, None)
+            self._reindex(key)
             return
         try:
             task.allocation = bound_pod_allocation(task)
         except ConversionError as error:
             self._problem(error.kind, error.name, f"{error.message}; its CPUs and devices are not tracked")
         self._tasks[key] = task
+        self._task_order[key] = next(self._task_sequence)
+        self._job_of[key] = pod_job_id(task.namespace, task.name, task.annotations)
         self._task_uid_by_key[task.key] = key
         if task.node_name:
             # The API server confirmed the binding (or someone else placed it): no longer assumed.
             self._assumed.pop(key, None)
+        self._reindex(key)
 
     def _on_node(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        self._dirty.add(key)
         if obj is None:
             self._nodes.pop(key, None)
             self._fingerprint_checks.pop(key, None)
@@ -251,6 +278,7 @@ class Cache:
         self._priority_classes[name] = value
 
     def _on_numatopology(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        self._dirty.add(key)
         if obj is None:
             self._numatopologies.pop(key, None)
         else:
@@ -258,6 +286,7 @@ class Cache:
         self._check_capacity(key)
 
     def _on_nrt(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        self._dirty.add(key)
         if obj is None:
             self._nrts.pop(key, None)
         else:
@@ -303,9 +332,11 @@ class Cache:
 
     def assume(self, task_uid: str, node_name: str, allocation: PodAllocation | None) -> None:
         self._assumed[task_uid] = _Assumption(node_name, allocation)
+        self._reindex(task_uid)
 
     def forget(self, task_uid: str) -> None:
-        self._assumed.pop(task_uid, None)
+        if self._assumed.pop(task_uid, None) is not None:
+            self._reindex(task_uid)
 
     def pod_object(self, task_uid: str) -> Mapping[str, Any] | None:
         return self._raw["Pod"].get(task_uid)
@@ -345,54 +376,127 @@ class Cache:
                 result[name] = f"rejected: {error}" if error else "missing"
         return result
 
+    # ---- incremental accounting -------------------------------------------------------------
+
+    def _host_name(self, uid: str) -> str:
+        """The node a task is accounted on: its spec.nodeName, else the node it is assumed on."""
+        stored = self._tasks.get(uid)
+        if stored is None:
+            return ""
+        if stored.node_name:
+            return stored.node_name
+        assumption = self._assumed.get(uid)
+        return assumption.node_name if assumption is not None else ""
+
+    def _reindex(self, uid: str) -> None:
+        """The task (or its assumption) changed: file it under its node now, and mark the node it
+        was on and the node it is on dirty (the same one when it only changed in place)."""
+        old = self._host_of.pop(uid, "")
+        if old:
+            held = self._uids_by_node.get(old)
+            if held is not None:
+                held.discard(uid)
+                if not held:
+                    del self._uids_by_node[old]
+            self._dirty.add(old)
+        new = self._host_name(uid)
+        if new:
+            self._host_of[uid] = new
+            self._uids_by_node.setdefault(new, set()).add(uid)
+            self._dirty.add(new)
+
+    def _reports_on(self, node_name: str) -> ReportedAllocations | None:
+        """What the node's usable topology source reports as assigned to pods, if it has one."""
+        if node_name not in self._nodes:
+            return None
+        record, topology, _ = self._usable_topology(node_name)
+        return record.reported if record is not None and topology is not None else None
+
+    def _placed_copy(self, uid: str, stored: TaskInfo) -> tuple[TaskInfo, bool]:
+        """A copy of the task as the cluster has it now: on the node it is assumed on (binding,
+        with the decided allocation) until the API server confirms; with the allocation its node
+        reports, which wins over our annotation. And whether that report accounts for the pod."""
+        task = _session_copy(stored)
+        assumption = self._assumed.get(uid)
+        if assumption is not None and not task.node_name:
+            task.node_name = assumption.node_name
+            task.status = TaskStatus.BINDING
+            task.allocation = assumption.allocation
+        accounted = False
+        if task.node_name:
+            reports = self._reports_on(task.node_name)
+            if reports is not None:
+                reported = reports.for_pod(uid, task.key)
+                if reported is not None:
+                    task.allocation = reported
+                accounted = reports.accounts_for(uid, task.key)
+        return task, accounted
+
+    def _account_node(self, base: NodeInfo) -> NodeInfo:
+        """The node with its topology and every task on it accounted, built from its Node alone.
+        O(tasks on the node)."""
+        node = base.clone()
+        _, topology, error = self._usable_topology(node.name)
+        node.set_topology(topology, error)
+        held: list[_Candidate] = []
+        uids = sorted(self._uids_by_node.get(node.name, ()), key=self._task_order.__getitem__)
+        for uid in uids:
+            stored = self._tasks[uid]
+            if stored.status in _FINISHED and not self._is_ours(stored):
+                continue
+            task, accounted = self._placed_copy(uid, stored)
+            if task.status in _FINISHED:
+                continue
+            node.add_task(task)
+            if topology is not None and (task.qos is QosClass.GUARANTEED or task.init_resreq.scalars):
+                holdings = pinned_holdings(task, topology)
+                if holdings:
+                    held.append(_Candidate(node, task, holdings, accounted))
+        if held:
+            self._mark_unknown_holders(node, held)
+        return node
+
+    def _bring_nodes_up_to_date(self) -> None:
+        for name in self._dirty:
+            base = self._nodes.get(name)
+            if base is None:
+                self._accounted.pop(name, None)
+            else:
+                self._accounted[name] = self._account_node(base)
+        self._dirty.clear()
+
     def snapshot(self) -> ClusterSnapshot:
-        """A copy the session may change freely: nodes with their tasks accounted, jobs, queues."""
+        """A copy the session may change freely: nodes with their tasks accounted, jobs, queues.
+
+        Nodes are copies of the accounted nodes (same generation), holding copies of their tasks;
+        a job's task placed on a node is the very object in that node's tasks, so a session that
+        moves a task changes what both see."""
+        self._bring_nodes_up_to_date()
         snapshot = ClusterSnapshot(
             queues={name: attrs.evolve(queue) for name, queue in self._queues.items()},
             priority_classes=dict(self._priority_classes),
         )
         if "default" not in snapshot.queues:
             snapshot.queues["default"] = QueueInfo("default")
-        records: dict[str, _TopologyRecord] = {}
-        for name, base in self._nodes.items():
-            node = base.clone()
-            record, topology, error = self._usable_topology(name)
-            node.set_topology(topology, error)
-            if record is not None and topology is not None:
-                records[name] = record
+        placed: dict[str, TaskInfo] = {}
+        for name in self._nodes:
+            accounted = self._accounted[name]
+            node = accounted.clone()
+            # The clone keeps the generation: its tasks are equal copies, so nothing derived from
+            # the node changes; they are copies so that the session's changes stay in the session.
+            node.tasks = {uid: _session_copy(task) for uid, task in accounted.tasks.items()}
+            placed.update(node.tasks)
             snapshot.nodes[name] = node
-        candidates: dict[str, list[_Candidate]] = {}
         for group_key, group in self._pod_groups.items():
             snapshot.jobs[group_key] = attrs.evolve(group, tasks={})
         for uid, stored in self._tasks.items():
-            if stored.status in _FINISHED and not self._is_ours(stored):
+            if not self._is_ours(stored):
+                # Others' pods only take their node's resources (accounted above).
                 continue
-            task = _session_copy(stored)
-            assumption = self._assumed.get(uid)
-            if assumption is not None and not task.node_name:
-                task.node_name = assumption.node_name
-                task.status = TaskStatus.BINDING
-                task.allocation = assumption.allocation
-            if task.node_name:
-                record = records.get(task.node_name)
-                accounted = False
-                if record is not None:
-                    # What the node reports it actually assigned wins over our annotation.
-                    reported = record.reported.for_pod(uid, task.key)
-                    if reported is not None:
-                        task.allocation = reported
-                    accounted = record.reported.accounts_for(uid, task.key)
-                host = snapshot.nodes.get(task.node_name)
-                if host is not None and task.status not in _FINISHED:
-                    host.add_task(task)
-                    if host.topology is not None and (task.qos is QosClass.GUARANTEED or task.init_resreq.scalars):
-                        holdings = pinned_holdings(task, host.topology)
-                        if holdings:
-                            candidates.setdefault(host.name, []).append(_Candidate(host, task, holdings, accounted))
-            if self._is_ours(task):
-                self._add_to_job(snapshot, task)
-        for node_name, held in candidates.items():
-            self._mark_unknown_holders(snapshot.nodes[node_name], held)
+            task = placed.get(uid)
+            if task is None:
+                task, _ = self._placed_copy(uid, stored)
+            self._add_to_job(snapshot, task, *self._job_of[uid])
         return snapshot
 
     def _mark_unknown_holders(self, node: NodeInfo, held: list[_Candidate]) -> None:
@@ -431,8 +535,8 @@ class Cache:
         self._fingerprint_checks[node.name] = (pods, published, matches)
         return matches
 
-    def _add_to_job(self, snapshot: ClusterSnapshot, task: TaskInfo) -> None:
-        job_id, has_group = pod_job_id(task.namespace, task.name, task.annotations)
+    @staticmethod
+    def _add_to_job(snapshot: ClusterSnapshot, task: TaskInfo, job_id: str, has_group: bool) -> None:
         job = snapshot.jobs.get(job_id)
         if job is None:
             if has_group:
