@@ -1,8 +1,9 @@
-"""/healthz, /readyz and /metrics over HTTP for the kubelet's probes and Prometheus."""
+"""/healthz, /readyz and /metrics over HTTP for the kubelet's probes and Prometheus; other routes
+(the NUMA console, scheduler/console/) are added to the same server by extensions."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -15,6 +16,8 @@ log = structlog.get_logger("numasched.health")
 
 # A check answers None when all is well, or why not.
 Check = Callable[[], str | None]
+# Adds routes to the server's application.
+Extension = Callable[[web.Application], None]
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -32,10 +35,13 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class HealthServer:
-    def __init__(self, metrics: SchedulerMetrics, *, live: Check, ready: Check) -> None:
+    def __init__(
+        self, metrics: SchedulerMetrics, *, live: Check, ready: Check, extensions: Sequence[Extension] = ()
+    ) -> None:
         self._metrics = metrics
         self._live = live
         self._ready = ready
+        self._extensions = tuple(extensions)
         self.port = 0
 
     def application(self) -> web.Application:
@@ -44,6 +50,8 @@ class HealthServer:
         app.router.add_get("/livez", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_page)
+        for extend in self._extensions:
+            extend(app)
         return app
 
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -66,7 +74,7 @@ class HealthServer:
             server: Any = site._server
             sockets = server.sockets if server is not None else None
             self.port = sockets[0].getsockname()[1] if sockets else port
-            log.info("serving health and metrics", address=f"{host}:{self.port}")
+            log.info("serving health and metrics", address=f"{host}:{self.port}", extensions=len(self._extensions))
             task_status.started(self.port)
             await anyio.sleep_forever()
         finally:

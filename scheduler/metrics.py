@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.registry import Collector
 
 from numasched.api.allocation import PodAllocation
 
@@ -71,6 +72,15 @@ class SchedulerMetrics:
             registry=self.registry,
         )
         self.leader = Gauge("numasched_leader", "1 while this instance holds the leader lease.", registry=self.registry)
+        self._numa_gauges: Collector | None = None
+
+    def watch_numa(self, collector: Collector) -> None:
+        """Serve the per-NUMA gauges of collector (scheduler/console/gauges.py), read at each
+        scrape; a later one replaces it (a registry refuses two collectors of the same names)."""
+        if self._numa_gauges is not None:
+            self.registry.unregister(self._numa_gauges)
+        self.registry.register(collector)
+        self._numa_gauges = collector
 
     def observe_placement(self, allocation: PodAllocation | None) -> None:
         """Count a bound pod's NUMA placement by how many NUMA nodes it spans."""

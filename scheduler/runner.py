@@ -13,7 +13,7 @@ import argparse
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from numasched.conf.loader import ConfigError
 from numasched.conf.watch import ConfigSource, watch_config_file
 from numasched.logconfig import configure_logging
 from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.console.cluster import cluster_console
+from numasched.scheduler.console.wiring import DEFAULT_CONSOLE_OPTIONS, ConsoleOptions, add_console_arguments
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.status import PluginFault
 from numasched.scheduler.health import HealthServer
@@ -58,6 +60,8 @@ from numasched.scheduler.loop import (
     PodBackoff,
     run_loop,
 )
+from numasched.scheduler.loop_events import ClusterChange, ClusterChanges
+from numasched.scheduler.loop_unschedulable import DEFAULT_FLUSH_AFTER_S, RequeuePolicy, UnschedulablePods
 from numasched.scheduler.metrics import SchedulerMetrics
 
 log = structlog.get_logger("numasched.runner")
@@ -122,14 +126,21 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--pod-initial-backoff",
         type=parse_duration,
         default=DEFAULT_BACKOFF.initial_s,
-        help="first backoff of a pod whose plugins raised; doubles per failure (default 1s)",
+        help="first backoff of a pod that did not fit or whose plugins raised; doubles per attempt (default 1s)",
     )
     parser.add_argument(
         "--pod-max-backoff",
         type=parse_duration,
         default=DEFAULT_BACKOFF.max_s,
-        help="longest backoff of a pod whose plugins raised (default 10s)",
+        help="longest backoff of a pod that did not fit or whose plugins raised (default 10s)",
     )
+    parser.add_argument(
+        "--pod-max-unschedulable",
+        type=parse_duration,
+        default=DEFAULT_FLUSH_AFTER_S,
+        help="longest a pod that did not fit waits for a cluster change before it is tried again (default 60s)",
+    )
+    add_console_arguments(parser)
 
 
 @attrs.frozen(slots=True)
@@ -150,6 +161,8 @@ class RunOptions:
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE_S
     informer_timing: InformerTiming = DEFAULT_INFORMER_TIMING
     pod_backoff: BackoffPolicy = DEFAULT_BACKOFF
+    max_unschedulable: float = DEFAULT_FLUSH_AFTER_S
+    console: ConsoleOptions = DEFAULT_CONSOLE_OPTIONS
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunOptions:
@@ -170,6 +183,8 @@ class RunOptions:
             shutdown_grace=args.shutdown_grace,
             informer_timing=InformerTiming(request_timeout=args.request_timeout),
             pod_backoff=BackoffPolicy(args.pod_initial_backoff, args.pod_max_backoff),
+            max_unschedulable=args.pod_max_unschedulable,
+            console=ConsoleOptions.from_args(args),
         )
 
 
@@ -195,12 +210,25 @@ async def client_configuration(kubeconfig: str | None, context: str | None = Non
 class ArrivalWatch:
     """What the informers deliver to: the cache, and a cycle trigger pulled when a new pod of
     ours arrives without a node. Only additions trigger: an update (our own status report on a
-    pod that does not fit) must not start cycle after cycle."""
+    pod that does not fit) must not start cycle after cycle. With `unschedulable`, each event
+    that could make a waiting pod fit (loop_events) is noted there, and pulls the trigger when a
+    waiting pod may be tried at once."""
 
-    def __init__(self, cache: EventSink, trigger: CycleTrigger, scheduler_names: frozenset[str]) -> None:
+    def __init__(
+        self,
+        cache: EventSink,
+        trigger: CycleTrigger,
+        scheduler_names: frozenset[str],
+        *,
+        unschedulable: UnschedulablePods | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._cache = cache
         self._trigger = trigger
         self._scheduler_names = scheduler_names
+        self._unschedulable = unschedulable
+        self._changes = ClusterChanges(scheduler_names)
+        self._clock = clock
 
     def _waiting(self, obj: Mapping[str, Any]) -> bool:
         spec = obj.get("spec")
@@ -208,15 +236,29 @@ class ArrivalWatch:
             return False
         return spec.get("schedulerName") in self._scheduler_names
 
+    def _requeue(self, change: ClusterChange | None) -> None:
+        if change is None or self._unschedulable is None or not len(self._unschedulable):
+            return
+        now = self._clock()
+        if change.pod_uid:
+            ready = self._unschedulable.pod_changed(change.pod_uid, now)
+        else:
+            ready = self._unschedulable.cluster_changed(change.reason, now)
+        if ready:
+            log.debug("waiting pods may fit now", change=change.reason)
+            self._trigger.ask()
+
     def apply(self, event: ObjectEvent) -> None:
         self._cache.apply(event)
         if event.kind == "Pod" and event.type is EventType.ADDED and self._waiting(event.obj):
             self._trigger.ask()
+        self._requeue(self._changes.judge(event))
 
     def replace(self, kind: str, objects: list[Mapping[str, Any]]) -> None:
         self._cache.replace(kind, objects)
         if kind == "Pod" and any(self._waiting(obj) for obj in objects):
             self._trigger.ask()
+        self._requeue(self._changes.relisted(kind, objects))
 
 
 class SchedulerRunner:
@@ -254,9 +296,17 @@ class SchedulerRunner:
         )
         # Set when a pod of ours arrives unbound: the loop decides it now, not at the next tick.
         self.cycle_trigger = CycleTrigger()
+        # Pods that did not fit, until a cluster change (or the flush interval) and their backoff
+        # let them be tried again; kept across terms of leadership, as the informers are.
+        self.unschedulable = UnschedulablePods(RequeuePolicy(options.pod_backoff, options.max_unschedulable))
         self.informers: list[Informer] = build_informers(
             api_client,
-            ArrivalWatch(self.cache, self.cycle_trigger, frozenset(options.scheduler_names)),
+            ArrivalWatch(
+                self.cache,
+                self.cycle_trigger,
+                frozenset(options.scheduler_names),
+                unschedulable=self.unschedulable,
+            ),
             config_feed=self.config_feed,
             timing=options.informer_timing,
         )
@@ -274,7 +324,29 @@ class SchedulerRunner:
             if options.leader_elect
             else None
         )
-        self.health = HealthServer(self.metrics, live=self._live, ready=self._ready)
+        # The NUMA console and policy API answer on the metrics address (docs/console.md).
+        self.console = (
+            cluster_console(
+                self.cache,
+                self.config_source,
+                self.metrics,
+                api_client,
+                options=options.console,
+                config_map=options.config_map,
+                config_file=options.config_file,
+                known_plugins=self.registry.known_plugin_names(),
+                known_actions=self.registry.known_action_names(),
+                timeout_s=options.request_timeout,
+            )
+            if options.console.enabled
+            else None
+        )
+        self.health = HealthServer(
+            self.metrics,
+            live=self._live,
+            ready=self._ready,
+            extensions=(self.console.install,) if self.console is not None else (),
+        )
         self.stop_requested = anyio.Event()
         self._scheduling_stopped = anyio.Event()
         self._acquiring: anyio.CancelScope | None = None
@@ -458,6 +530,7 @@ class SchedulerRunner:
             shutdown_grace_s=self.options.shutdown_grace,
             on_plugin_fault=self._count_plugin_fault,
             trigger=self.cycle_trigger,
+            unschedulable=self.unschedulable,
         )
 
 

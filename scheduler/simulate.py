@@ -56,6 +56,13 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-cycles", type=int, default=100, help="stop after this many scheduling cycles")
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     parser.add_argument(
+        "--serve",
+        metavar="ADDR",
+        default=None,
+        help="after the run, serve the NUMA console of the simulated cluster on HOST:PORT (or :PORT) until "
+        "interrupted (docs/console.md)",
+    )
+    parser.add_argument(
         "--fail-on-unschedulable",
         action="store_true",
         help=f"exit with {EXIT_UNPLACED} when any pod of ours stays unplaced (unschedulable or pending)",
@@ -150,7 +157,48 @@ async def run_simulate(args: argparse.Namespace) -> int:
     cycles = await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=not args.no_progress)
     report: SimulationReport = build_report(cluster, cycles=cycles, seconds=time.perf_counter() - started)
     sys.stdout.write(render(report, args.output))
+    code = EXIT_OK
     if args.fail_on_unschedulable and unplaced_pods(report):
         print(f"numasched simulate: {unplaced_pods(report)} of {len(report.pods)} pods unplaced", file=sys.stderr)
-        return EXIT_UNPLACED
+        code = EXIT_UNPLACED
+    if args.serve is not None:
+        sys.stdout.flush()
+        serve_code = await serve_console(cache, config, args.serve)
+        if serve_code != EXIT_OK:
+            return serve_code
+    return code
+
+
+async def serve_console(cache: Cache, config: SchedulerConfig, address: str) -> int:
+    """Serve the console of the simulated cluster on address until SIGINT or SIGTERM."""
+    import signal
+
+    import anyio
+
+    from numasched.conf.watch import ConfigSource
+    from numasched.scheduler.console.wiring import simulation_console
+    from numasched.scheduler.health import HealthServer, parse_address
+    from numasched.scheduler.metrics import SchedulerMetrics
+
+    try:
+        host, _ = parse_address(address)
+    except ValueError as error:
+        print(f"numasched simulate: --serve: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    metrics = SchedulerMetrics()
+    console = simulation_console(cache, ConfigSource(config), metrics)
+    server = HealthServer(metrics, live=lambda: None, ready=lambda: None, extensions=(console.install,))
+    async with anyio.create_task_group() as group:
+        try:
+            port = await group.start(server.serve, address)
+        except OSError as error:
+            print(f"numasched simulate: cannot serve on {address}: {error.strerror or error}", file=sys.stderr)
+            group.cancel_scope.cancel()
+            return EXIT_CONFIG
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"numasched simulate: console at http://{shown}:{port}/ui/ (Ctrl-C to stop)", file=sys.stderr)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+        group.cancel_scope.cancel()
     return EXIT_OK
