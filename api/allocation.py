@@ -1,15 +1,18 @@
-"""What the scheduler decided for a pod: exclusive CPUs, NUMA nodes and device ids per container.
+"""What a pod holds or is given: exclusive CPUs, NUMA nodes, device ids and pinned memory per container.
 
-Serialised as the numasched.io/allocation annotation on the binding, and as Volcano's
-volcano.sh/topology-decision, so the node side can enforce it and a restarted scheduler can
-rebuild its ledger.
+Two annotations carry it, each written and read by the functions here:
+- numasched.io/allocation, the scheduler's decision on the binding (and Volcano's
+  volcano.sh/topology-decision beside it), so the node side can enforce it and a restarted
+  scheduler can rebuild its ledger: allocation_to_json / allocation_from_json;
+- numasched.io/pod-allocations, on a node's Numatopology, what the exporter sees each pod hold:
+  pod_allocations_to_json / pod_allocations_from_mapping.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -19,10 +22,23 @@ from numasched.api.numamask import MAX_NUMA_ID, NumaMask, NumaMaskError
 
 ALLOCATION_ANNOTATION = "numasched.io/allocation"
 VOLCANO_DECISION_ANNOTATION = "volcano.sh/topology-decision"
+POD_ALLOCATIONS_ANNOTATION = "numasched.io/pod-allocations"
 
 
 class AllocationError(ValueError):
     """An allocation annotation that cannot be read."""
+
+
+class PodAllocationsError(AllocationError):
+    """An entry of the pod-allocations map that cannot be read: the entry's key as found, the
+    field below the entry ("" for the entry itself, ".uid"), and what is wrong; the reader names
+    the object and the map in front of them."""
+
+    def __init__(self, key: object, field: str, message: str) -> None:
+        super().__init__(f"[{key!r:.60}]{field}: {message}")
+        self.key = key
+        self.field = field
+        self.message = message
 
 
 @attrs.frozen(slots=True)
@@ -91,6 +107,16 @@ class ReportedAllocations:
         return uid in self.accounted or key in self.accounted
 
 
+@attrs.frozen(slots=True)
+class HeldAllocation:
+    """One pod of the numasched.io/pod-allocations annotation: what it holds, under its key."""
+
+    # "<namespace>/<name>", or the uid when the name is unknown.
+    key: str
+    uid: str
+    allocation: PodAllocation
+
+
 def merge_pod_allocations(first: PodAllocation, second: PodAllocation) -> PodAllocation:
     """Two reports of one pod together, container by container: an id either holds is held, and
     pinned memory is the larger claim per NUMA node (never the smaller claim)."""
@@ -153,6 +179,42 @@ def allocation_from_json(text: str) -> PodAllocation:
         # ValueError covers JSONDecodeError and integers longer than Python will convert.
         raise AllocationError(f"not JSON: {str(error)[:120]}") from None
     return allocation_from_mapping(document)
+
+
+def pod_allocations_to_json(pods: Iterable[HeldAllocation]) -> str:
+    """The numasched.io/pod-allocations annotation value: {"<key>": {"uid", "containers": {name:
+    {"cpuset", "numa", "devices", "memory"}}}}, keys sorted, so equal content gives equal text; a
+    pod without a uid has none written; of two pods with one key the later is kept."""
+    entries: dict[str, Any] = {}
+    for pod in pods:
+        entry = allocation_to_mapping(pod.allocation)
+        if pod.uid:
+            entry["uid"] = pod.uid
+        entries[pod.key] = entry
+    return json.dumps(entries, separators=(",", ":"), sort_keys=True)
+
+
+def pod_allocations_from_mapping(document: Mapping[Any, Any]) -> Iterator[HeldAllocation]:
+    """The pods of a decoded pod-allocations map, one by one in the map's order (so a reader can
+    check each against the node before reading the next); PodAllocationsError names the entry.
+
+    The same shape is the legacy map form of a Numatopology's spec.podAllocations.
+    """
+    for key, entry in document.items():
+        if not isinstance(key, str) or not key:
+            raise PodAllocationsError(key, "", "pod keys must be non-empty namespace/name strings")
+        if entry is None:
+            entry = {}
+        if not isinstance(entry, Mapping):
+            raise PodAllocationsError(key, "", f"expected an object, got {type(entry).__name__}")
+        uid = entry.get("uid", "")
+        if not isinstance(uid, str):
+            raise PodAllocationsError(key, ".uid", f"expected a string, got {type(uid).__name__}")
+        try:
+            allocation = allocation_from_mapping(entry)
+        except AllocationError as error:
+            raise PodAllocationsError(key, "", str(error)) from None
+        yield HeldAllocation(key=key, uid=uid, allocation=allocation)
 
 
 # More ids of one resource in one container than any node has: the annotation is wrong, not big.

@@ -52,6 +52,11 @@ class CpuManagerPolicy(enum.StrEnum):
 DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
 # The kernel's largest NR_CPUS (CONFIG_NR_CPUS_RANGE_END): no machine has a CPU id at or above it.
 MAX_CPU_ID = 8191
+# The kernel's largest NUMA id (MAX_NUMNODES is at most 1024); the scheduler's masks hold fewer
+# (numamask.MAX_NUMA_ID), and readers narrow ids to the node's own NUMA nodes.
+MAX_KERNEL_NUMA_ID = 1023
+# More devices of one resource than any node carries: an object saying so is wrong, not big.
+MAX_DEVICES_PER_RESOURCE = 1024
 
 PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
 MAX_ALLOWABLE_NUMA_NODES = "max-allowable-numa-nodes"
@@ -113,6 +118,11 @@ def check_topology_manager_options(options: Mapping[str, str]) -> None:
         else:
             known = ", ".join(KNOWN_TOPOLOGY_MANAGER_OPTIONS)
             raise KubeletOptionError(f"unknown Topology Manager Policy option {name[:60]!r} (known: {known})")
+
+
+# The spec.policies key (ours, beside Volcano's CPUManagerPolicy and TopologyManagerPolicy) under
+# which a Numatopology carries the kubelet's reservedSystemCPUs exactly, as a cpuset.
+RESERVED_CPUS_POLICY = "ReservedSystemCPUs"
 
 
 @attrs.frozen(slots=True)
@@ -188,6 +198,16 @@ class DeviceInfo:
 
 
 DeviceKey = tuple[str, str]  # (resource name, device id)
+
+
+def derived_pcie(first: DeviceInfo, second: DeviceInfo) -> PcieDistance | None:
+    """The PCIe path of two devices known only from their switch and NUMA node: the same switch is
+    PIX, the same NUMA node NODE, different NUMA nodes SYS; None when a NUMA node is unknown."""
+    if first.pci_switch is not None and first.pci_switch == second.pci_switch:
+        return PcieDistance.PIX
+    if first.numa is None or second.numa is None:
+        return None
+    return PcieDistance.NODE if first.numa == second.numa else PcieDistance.SYS
 
 
 @attrs.frozen(slots=True)

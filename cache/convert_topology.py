@@ -35,20 +35,33 @@ from typing import Any, TypeVar
 
 import attrs
 
+# The two annotation names are imported from here by tests/test_topo_read_fuzz.py and
+# tests/test_topo_read_numatopology.py; their home is numasched.api.
 from numasched.api.allocation import (
-    AllocationError,
+    POD_ALLOCATIONS_ANNOTATION as POD_ALLOCATIONS_ANNOTATION,
+)
+from numasched.api.allocation import (
     ContainerAllocation,
     PodAllocation,
+    PodAllocationsError,
     ReportedAllocations,
-    allocation_from_mapping,
     merge_pod_allocations,
+    pod_allocations_from_mapping,
 )
+from numasched.api.device_topology import (
+    DEVICE_TOPOLOGY_ANNOTATION as DEVICE_TOPOLOGY_ANNOTATION,
+)
+from numasched.api.device_topology import DeviceTopologyError, device_topology_from_document, parse_device_topology
 from numasched.api.idset import IdSet, IdSetError
+from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.api.numamask import MAX_NUMA_ID
+from numasched.api.pod_fingerprint import ATTRIBUTE as NRT_PODS_FINGERPRINT
 from numasched.api.quantity import QuantityError, parse_quantity
 from numasched.api.topology import (
     MAX_ALLOWABLE_NUMA_NODES,
     MAX_CPU_ID,
+    MAX_DEVICES_PER_RESOURCE,
+    RESERVED_CPUS_POLICY,
     CpuInfo,
     CpuManagerPolicy,
     DeviceGroup,
@@ -68,28 +81,19 @@ from numasched.cache.convert_topology_koordlet import (
     KoordletCpuState,
     parse_koordlet_cpu_state,
 )
-from numasched.cache.device_topology import DeviceTopologyError, device_topology_from_document, parse_device_topology
-from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.plugins.numaaware.providers.cpu_assignment import CpuAssignmentError, take_packed
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
 
-DEVICE_TOPOLOGY_ANNOTATION = "numasched.io/device-topology"
-POD_ALLOCATIONS_ANNOTATION = "numasched.io/pod-allocations"
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_NUMA_NODES = MAX_NUMA_ID + 1
-# More devices of one resource than any node carries: beyond it the object is wrong, not big.
-MAX_DEVICES_PER_RESOURCE = 1024
 # Socket, core and cache ids are labels, not sizes; bounded only to keep them machine integers.
 MAX_LABEL_ID = (1 << 32) - 1
 # Largest SLIT distance the kernel reports is 255; NRT costs are int64 but mean the same.
 MAX_DISTANCE = 1 << 16
-# spec.policies key (ours) carrying the kubelet's reservedSystemCPUs exactly, as a cpuset.
-RESERVED_CPUS_POLICY = "ReservedSystemCPUs"
 
 NUMATOPOLOGY = "Numatopology"
 NODE_RESOURCE_TOPOLOGY = "NodeResourceTopology"
 NRT_API_VERSIONS = ("topology.node.k8s.io/v1alpha1", "topology.node.k8s.io/v1alpha2")
-NRT_PODS_FINGERPRINT = "nodeTopologyPodsFingerprint"
 
 # NodeResourceTopology topologyPolicies values (v1alpha1 and v1alpha2 declare the same constants);
 # the plain forms carry no scope and mean the kubelet's default scope, container.
@@ -760,18 +764,12 @@ def _keyed_pod_allocations(
     field: str,
 ) -> None:
     """{"<ns>/<name>": {"uid": ..., "containers": {...}}}: our annotation, and the legacy map form."""
-    for pod_key, entry in raw.items():
-        here = f"{field}[{_shown(pod_key)}]"
-        if not isinstance(pod_key, str) or not pod_key:
-            raise fail(f"{here}: pod keys must be non-empty namespace/name strings")
-        pod = _object(entry, fail, here)
-        uid = _string(pod.get("uid", ""), fail, f"{here}.uid")
-        try:
-            allocation = allocation_from_mapping(pod)
-        except AllocationError as error:
-            raise fail(f"{here}: {error}") from None
-        _check_known_ids(allocation, topology, fail, here)
-        builder.add((uid, pod_key), allocation)
+    try:
+        for pod in pod_allocations_from_mapping(raw):
+            _check_known_ids(pod.allocation, topology, fail, f"{field}[{_shown(pod.key)}]")
+            builder.add((pod.uid, pod.key), pod.allocation)
+    except PodAllocationsError as error:
+        raise fail(f"{field}[{_shown(error.key)}]{error.field}: {error.message}") from None
 
 
 def pod_allocation_report(

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from numasched.api.device_topology import DEVICE_TOPOLOGY_ANNOTATION
 from numasched.api.idset import IdSet
+from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
 from numasched.api.quantity import parse_integer
-from numasched.api.topology import TopologyPolicy, TopologyScope
-from numasched.cache.convert_topology import DEVICE_TOPOLOGY_ANNOTATION, RESERVED_CPUS_POLICY
+from numasched.api.topology import RESERVED_CPUS_POLICY, TopologyPolicy, TopologyScope
 from numasched.cache.device_topology import machine_to_device_topology
-from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
 
 
 def machine_cpu_detail(machine: Mapping[str, Any]) -> dict[str, dict[str, int]]:

@@ -5,22 +5,34 @@ nodeinfo/v1alpha1 types; zero integers omitted as Go's omitempty does), with num
 holding the FREE ids as Volcano's resource-exporter writes them, so Volcano's scheduler consumes it
 unchanged and the API server's pruning under Volcano's CRD removes nothing. What Volcano's schema
 cannot say goes into annotations of the same object (device topology, per-pod ids, NUMA distances,
-memory per NUMA node, L3 groups), which cache/convert_topology.py reads back.
+memory per NUMA node, L3 groups), in the formats of numasched.api (allocation, device_topology,
+numa_detail, pod_fingerprint), which the scheduler's cache reads back with the same modules.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from numasched.api.allocation import PodAllocation, allocation_to_mapping
-from numasched.api.topology import CpuManagerPolicy, KubeletPolicies, TopologyPolicy, TopologyScope
-from numasched.cache.convert_topology import RESERVED_CPUS_POLICY
-from numasched.cache.device_topology import DEVICE_TOPOLOGY_ANNOTATION, format_device_topology
-from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail, l3_groups
-from numasched.cache.pod_fingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
-from numasched.cache.pod_fingerprint import ATTRIBUTE_METHOD as FINGERPRINT_METHOD_ATTRIBUTE
-from numasched.cache.pod_fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
+from numasched.api.allocation import (
+    POD_ALLOCATIONS_ANNOTATION as POD_ALLOCATIONS_ANNOTATION,  # tests/test_volcano_schema.py imports it from here
+)
+from numasched.api.allocation import (
+    HeldAllocation,
+    PodAllocation,
+    pod_allocations_to_json,
+)
+from numasched.api.device_topology import DEVICE_TOPOLOGY_ANNOTATION, format_device_topology
+from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail, l3_groups
+from numasched.api.pod_fingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
+from numasched.api.pod_fingerprint import ATTRIBUTE_METHOD as FINGERPRINT_METHOD_ATTRIBUTE
+from numasched.api.pod_fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
+from numasched.api.topology import (
+    RESERVED_CPUS_POLICY,
+    CpuManagerPolicy,
+    KubeletPolicies,
+    TopologyPolicy,
+    TopologyScope,
+)
 from numasched.exporter.kubelet_config import format_options
 from numasched.exporter.report import NodeReport
 
@@ -30,7 +42,6 @@ NUMATOPOLOGY_PLURAL = "numatopologies"
 NRT_GROUP = "topology.node.k8s.io"
 NRT_VERSION = "v1alpha2"
 NRT_PLURAL = "noderesourcetopologies"
-POD_ALLOCATIONS_ANNOTATION = "numasched.io/pod-allocations"
 # NodeResourceTopology's deprecated topologyPolicies value for a kubelet policy and scope, as
 # v1alpha1 consumers (older scheduler-plugins) read it.
 _NRT_LEGACY_POLICY_PREFIX = {
@@ -145,13 +156,9 @@ def pod_allocations_annotation(report: NodeReport) -> str:
     """The numasched.io/pod-allocations annotation: the ids each pod holds, which Volcano's list
     cannot carry (it has device counts, not ids): {"<ns>/<name>" (or the uid when the name is
     unknown): {"uid", "containers": {name: {"cpuset", "numa", "devices", "memory"}}}}."""
-    allocations: dict[str, Any] = {}
-    for pod in report.usage.pods:
-        entry: dict[str, Any] = dict(allocation_to_mapping(PodAllocation(pod.containers)))
-        if pod.uid:
-            entry["uid"] = pod.uid
-        allocations[pod.key] = entry
-    return json.dumps(allocations, separators=(",", ":"), sort_keys=True)
+    return pod_allocations_to_json(
+        HeldAllocation(key=pod.key, uid=pod.uid, allocation=PodAllocation(pod.containers)) for pod in report.usage.pods
+    )
 
 
 def numa_detail_annotation(report: NodeReport) -> str:

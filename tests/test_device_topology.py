@@ -10,14 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from numasched.api.device_topology import DeviceTopologyError, format_device_topology, parse_device_topology
 from numasched.api.topology import DeviceLink, PcieDistance
-from numasched.cache.device_topology import (
-    DeviceTopologyError,
-    format_device_topology,
-    machine_device_topology,
-    machine_to_device_topology,
-    parse_device_topology,
-)
+from numasched.cache.device_topology import machine_device_topology, machine_to_device_topology
 
 MACHINES = Path(__file__).parent / "fixtures" / "machines"
 DOCS = Path(__file__).parent.parent / "docs" / "topology.md"

@@ -12,9 +12,9 @@ import yaml
 from conftest import load_hack_module
 
 from numasched.api.idset import IdSet
+from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.cache.convert_topology import numatopology_to_topology, pod_allocation_report
 from numasched.cache.device_topology import machine_device_topology
-from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.exporter.command import build_parser, discover_once
 from numasched.exporter.numatopology import numatopology_object
 from numasched.exporter.report import report_summary

@@ -8,14 +8,14 @@ import time
 import pytest
 
 from numasched.api.idset import IdSet
-from numasched.api.topology import CpuInfo, NumaTopology
-from numasched.cache.numa_detail import (
+from numasched.api.numa_detail import (
     NumaDetailError,
     apply_numa_detail,
     format_numa_detail,
     l3_groups,
     parse_numa_detail,
 )
+from numasched.api.topology import CpuInfo, NumaTopology
 
 
 def two_node_topology() -> NumaTopology:

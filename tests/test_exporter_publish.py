@@ -14,14 +14,10 @@ from kubeapi_server import KubeApiServer
 from kubernetes_asyncio import client
 from kubernetes_asyncio.config import load_kube_config
 
+from numasched.api.allocation import POD_ALLOCATIONS_ANNOTATION
 from numasched.exporter.command import build_parser, discover_once, run_exporter
 from numasched.exporter.metrics import ExporterMetrics
-from numasched.exporter.numatopology import (
-    NUMATOPOLOGY_GROUP,
-    NUMATOPOLOGY_PLURAL,
-    NUMATOPOLOGY_VERSION,
-    POD_ALLOCATIONS_ANNOTATION,
-)
+from numasched.exporter.numatopology import NUMATOPOLOGY_GROUP, NUMATOPOLOGY_PLURAL, NUMATOPOLOGY_VERSION
 from numasched.exporter.publisher import ObjectPublisher
 
 REPO = Path(__file__).resolve().parent.parent
