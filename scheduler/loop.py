@@ -37,6 +37,9 @@ from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import JobUpdate, PluginOpenError, Session
 from numasched.scheduler.framework.statement import CommittedBinds, Eviction
 from numasched.scheduler.framework.status import PluginFault
+from numasched.scheduler.loop_unschedulable import DEFAULT_BACKOFF, BackoffPolicy, UnschedulablePods
+
+__all__ = ["DEFAULT_BACKOFF", "BackoffPolicy"]  # re-exported: the runner and tests read them here
 
 _log = structlog.get_logger(__name__)
 
@@ -148,25 +151,6 @@ def run_session(
         held_back=frozenset(ssn.held_back),
         stopped=should_stop(),
     )
-
-
-@attrs.frozen(slots=True)
-class BackoffPolicy:
-    """kube-scheduler's pod backoff: initial * 2^(failures-1), at most max (1 s and 10 s there)."""
-
-    initial_s: float = 1.0
-    max_s: float = 10.0
-
-    def __attrs_post_init__(self) -> None:
-        if not (math.isfinite(self.initial_s) and math.isfinite(self.max_s) and 0 < self.initial_s <= self.max_s):
-            raise ValueError(f"pod backoff needs 0 < initial <= max, got {self.initial_s} / {self.max_s}")
-
-    def delay(self, failures: int) -> float:
-        # The exponent is bounded so a pod failing for days never builds a huge number.
-        return min(self.max_s, self.initial_s * 2.0 ** min(max(failures - 1, 0), 62))
-
-
-DEFAULT_BACKOFF = BackoffPolicy()
 
 
 @attrs.define(slots=True)
@@ -329,6 +313,8 @@ class _Binding:
     timeout_s: float
     outcomes: dict[str, BindOutcome]
     stopping: Callable[[], bool]
+    # Told why, each time a placement is forgotten after a bind that did not succeed.
+    on_released: Callable[[str], None] | None = None
 
 
 async def _bind_one(request: BindRequest, binding: _Binding) -> None:
@@ -357,6 +343,8 @@ async def _bind_one(request: BindRequest, binding: _Binding) -> None:
         return
     binding.cache.forget(task.uid)
     log.warning("bind failed, placement forgotten", status=outcome.status.value, message=outcome.message)
+    if binding.on_released is not None:
+        binding.on_released(f"bind of {task.key} to {request.node_name} {outcome.status.value.lower()}")
     if outcome.status is BindStatus.FAILED:
         message = f"binding to node {request.node_name} failed: {outcome.message}"
         await _report(lambda: binding.reporter.unschedulable(task, message), log)
@@ -418,15 +406,23 @@ async def schedule_cycle(
     stop: anyio.Event | None = None,
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     held_back: Mapping[str, str] | None = None,
+    hold_back: Callable[[ClusterSnapshot], Mapping[str, str]] | None = None,
+    on_released: Callable[[str], None] | None = None,
     freeze: bool = True,
 ) -> CycleResult:
     """One cycle. Each job is assumed and handed to the bind workers as soon as the session
     commits it, so binding overlaps with deciding. Once `stop` is set the session decides nothing
     more, no bind or report that was not sent yet is sent, and the binds in flight get
     shutdown_grace_s to finish. With freeze, what is alive once the snapshot is taken (the
-    cache, the snapshot) sits out the garbage collector's generations until the cycle ends."""
+    cache, the snapshot) sits out the garbage collector's generations until the cycle ends.
+
+    held_back names tasks not to try, with why; hold_back, when given, is asked the same of the
+    snapshot once it is taken (and its answer added). on_released hears why each time a
+    placement is forgotten after its bind did not succeed (what it held is free again)."""
     started = time.monotonic()
     snapshot = cache.snapshot()
+    if hold_back is not None:
+        held_back = {**(held_back or {}), **hold_back(snapshot)}
     # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
     # interrupted, so it is told to stop deciding and left to finish on its own copy.
     abandoned = threading.Event()
@@ -445,7 +441,7 @@ async def schedule_cycle(
         freeze_long_lived()
     try:
         async with anyio.create_task_group() as group:
-            binding = _Binding(cache, binder, reporter, bind_timeout_s, outcomes, stopping)
+            binding = _Binding(cache, binder, reporter, bind_timeout_s, outcomes, stopping, on_released)
             group.start_soon(_run_workers, receive, max(1, bind_concurrency), stream, binding, stop, shutdown_grace_s)
             with send:
                 try:
@@ -490,6 +486,20 @@ async def schedule_cycle(
         seconds=round(seconds, 4),
     )
     return CycleResult(result, outcomes, seconds)
+
+
+def record_unschedulable(waiting: UnschedulablePods, session: SessionResult, now: float, changes_at_start: int) -> None:
+    """The session's pods that found no node wait for a change; those sent to bind leave. A pod
+    that failed by a plugin's exception backs off in PodBackoff instead (no change needed)."""
+    failed = {
+        entry.task.uid: entry.message
+        for entry in session.unschedulable
+        if entry.task.uid not in session.failed_by_plugin
+    }
+    for uid in session.failed_by_plugin:
+        waiting.forget(uid)
+    bound = {request.task.uid for request in session.bind_requests}
+    waiting.record(bound, failed, now, changes_at_start)
 
 
 async def _limit_to_grace(stop: anyio.Event, sending: anyio.CancelScope, grace_s: float) -> None:
@@ -586,24 +596,46 @@ async def run_loop(
     on_plugin_fault: Callable[[PluginFault], None] | None = None,
     trigger: CycleTrigger | None = None,
     min_cycle_interval_s: float = DEFAULT_MIN_CYCLE_INTERVAL_S,
+    unschedulable: UnschedulablePods | None = None,
 ) -> int:
     """Run a cycle every period (measured start to start) until `stop` is set; the config is
     read afresh each cycle so a reload takes effect at the next one. A cycle that fails is logged
-    and the loop goes on. Pods whose plugins raised sit out their backoff. A trigger starts the
-    next cycle early (pods arrived). Returns the number of cycles run."""
+    and the loop goes on. Pods whose plugins raised sit out their backoff; pods that did not fit
+    wait in `unschedulable` until a cluster change (noted there by the informers' side) or its
+    flush interval, and their backoff, let them be tried again. A trigger starts the next cycle
+    early (pods arrived, or waiting pods may fit now). Returns the number of cycles run."""
     if not math.isfinite(period_s) or period_s <= 0:
         raise ValueError(f"schedule period must be a positive number of seconds, got {period_s!r}")
     pod_backoff = backoff if backoff is not None else PodBackoff()
+    waiting = unschedulable if unschedulable is not None else UnschedulablePods()
     cycles = 0
+    last_config: SchedulerConfig | None = None
     while not stop.is_set():
         started = time.monotonic()
         if trigger is not None:
             # Arrivals from now on are for the next cycle; this one's snapshot sees those before.
             trigger.reset()
+        config = current_config()
+        if last_config is not None and config is not last_config:
+            # Other plugins or arguments may place what the last ones could not.
+            waiting.cluster_changed("scheduler configuration reloaded", started)
+        last_config = config
+        changes_at_start = waiting.changes
+
+        def hold_back(snapshot: ClusterSnapshot) -> dict[str, str]:
+            now = time.monotonic()
+            held = waiting.held_back(snapshot.jobs, now)
+            # A pod backing off after a plugin error says so, whatever it failed with before.
+            held.update(pod_backoff.held_back(now))
+            return held
+
+        def released(reason: str) -> None:
+            waiting.cluster_changed(reason, time.monotonic())
+
         try:
             result = await schedule_cycle(
                 cache,
-                current_config(),
+                config,
                 registry,
                 binder,
                 reporter,
@@ -611,7 +643,8 @@ async def run_loop(
                 bind_timeout_s=bind_timeout_s,
                 stop=stop,
                 shutdown_grace_s=shutdown_grace_s,
-                held_back=pod_backoff.held_back(time.monotonic()),
+                hold_back=hold_back,
+                on_released=released,
             )
         except PluginOpenError as error:
             _log.error("scheduling cycle dropped: a plugin raised while opening the session", error=str(error))
@@ -621,7 +654,9 @@ async def run_loop(
             _log.exception("scheduling cycle failed")
         else:
             if not result.session.stopped:
-                pod_backoff.record(result.session, time.monotonic())
+                now = time.monotonic()
+                pod_backoff.record(result.session, now)
+                record_unschedulable(waiting, result.session, now, changes_at_start)
             if on_cycle is not None:
                 on_cycle(result)
         cycles += 1
