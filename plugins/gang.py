@@ -1,14 +1,18 @@
 """gang: a job runs all together or not at all (Volcano's gang plugin).
 
 A job is valid while enough of its tasks can still run, ready once minAvailable tasks are placed,
-pipelined once placed plus pipelined tasks reach minAvailable; jobs not yet ready go first.
+pipelined once placed plus pipelined tasks reach minAvailable; jobs not yet ready go first; an
+evicting action may take a job's tasks only while it keeps more than minAvailable running.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from numasched.api.job import JobInfo
+from numasched.api.task import TaskInfo
 from numasched.scheduler.framework.arguments import Arguments
-from numasched.scheduler.framework.session import PERMIT, REJECT, Session
+from numasched.scheduler.framework.session import ABSTAIN, PERMIT, REJECT, Session
 from numasched.scheduler.framework.status import ValidateResult
 
 PLUGIN_NAME = "gang"
@@ -37,6 +41,27 @@ def job_order(first: JobInfo, second: JobInfo) -> int:
     return 1 if first_ready else -1
 
 
+def victims_keeping_gangs(
+    ssn: Session, evictor: TaskInfo, preemptees: Sequence[TaskInfo]
+) -> tuple[list[TaskInfo], int]:
+    """Volcano's gang preemptable / reclaimable: a job gives up tasks only while it keeps more
+    than minAvailable of them running (counted down as its victims are chosen). Abstains for an
+    evictor whose job the session does not hold (nothing to weigh it against)."""
+    if evictor.job_id not in ssn.jobs:
+        return [], ABSTAIN
+    occupied: dict[str, int] = {}
+    victims: list[TaskInfo] = []
+    for preemptee in preemptees:
+        job = ssn.jobs.get(preemptee.job_id)
+        if job is None:
+            continue
+        left = occupied.setdefault(job.uid, job.ready_task_num())
+        if left > job.min_available:
+            occupied[job.uid] = left - 1
+            victims.append(preemptee)
+    return victims, PERMIT
+
+
 class GangPlugin:
     name = PLUGIN_NAME
 
@@ -48,6 +73,12 @@ class GangPlugin:
         ssn.add_job_order_fn(self.name, job_order)
         ssn.add_job_ready_fn(self.name, JobInfo.is_ready)
         ssn.add_job_pipelined_fn(self.name, job_pipelined)
+        ssn.add_preemptable_fn(
+            self.name, lambda preemptor, preemptees: victims_keeping_gangs(ssn, preemptor, preemptees)
+        )
+        ssn.add_reclaimable_fn(
+            self.name, lambda reclaimer, reclaimees: victims_keeping_gangs(ssn, reclaimer, reclaimees)
+        )
 
     def on_session_close(self, ssn: Session) -> None:
         """A PodGroup that is still short of its minimum says why (Volcano's Unschedulable
