@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from kubeapi_reviews import AccessReviews
 
 JsonObject = dict[str, Any]
 
@@ -344,6 +345,8 @@ class KubeApiServer:
         self.watches: set[WatchConnection] = set()
         self.dropped_watches = 0
         self._random = random.Random(seed)
+        # TokenReview and SubjectAccessReview answers (kubeapi_reviews.py).
+        self.reviews = AccessReviews()
         self._runner: web.AppRunner | None = None
         self._dropper: asyncio.Task[None] | None = None
         self.port = 0
@@ -651,6 +654,9 @@ class KubeApiServer:
             return web.json_response({"kind": "APIVersions", "versions": ["v1"]})
         if parts == ["apis"]:
             return web.json_response(self._group_list())
+        review = self.reviews.handler(request.method, parts)
+        if review is not None:
+            return web.json_response(review(await _json_body(request)), status=201)
         if parts and parts[0] == "api":
             group, rest = "", parts[1:]
         elif parts and parts[0] == "apis" and len(parts) >= 2:
