@@ -53,7 +53,7 @@ class ColourPredicate:
         self.scores: Counter[tuple[str, str]] = Counter()
         self.names_pod = names_pod
         if declares:
-            self.equivalence_key = self._key  # type: ignore[method-assign]
+            self.equivalence_key = self._key
 
     def _key(self, task: TaskInfo) -> Hashable:
         return task.labels.get("colour")

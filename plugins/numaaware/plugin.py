@@ -255,6 +255,7 @@ class NumaAwarePlugin:
         arguments: Arguments,
         providers: Sequence[HintProvider] | None = None,
         fingerprints: TopologyMemo[TopologyFingerprint] | None = None,
+        tables: AdmissionTables | None = None,
     ) -> None:
         self.arguments = arguments
         self.weight = arguments.get_int(ARG_WEIGHT, 1)
@@ -267,18 +268,13 @@ class NumaAwarePlugin:
             list(providers) if providers is not None else builtin_providers(self.provider_arguments)
         )
         self.fingerprints = fingerprints if fingerprints is not None else TopologyMemo(TopologyFingerprint.of)
-        # Per node: its state as admission reads it (generation, topology, free resources,
-        # equivalence class) and the admission of each pod shape seen there this session.
-        self._admissions: dict[str, _NodeState] = {}
-        # This session's equivalence classes: nodes of equal topology content and equal free
-        # resources share one, and the admissions computed on any of them.
-        self._classes: dict[tuple[int, Hashable], int] = {}
-        self._fingerprint_ids: dict[TopologyFingerprint, int] = {}
-        self._equivalent: dict[tuple[int, Hashable], _Shared] = {}
-        # The ids chosen for an Admission, per class and shape: valid on any node of the class.
-        self._completed: dict[tuple[int, Hashable], Placement] = {}
-        # Link quality of the device sets chosen per node class and pod shape (as _completed).
-        self._qualities: dict[tuple[int, Hashable, tuple[str, ...]], tuple[int, int, int] | None] = {}
+        # Node classes and what was computed for them; shared by the sessions of one set of
+        # providers (NumaAwareBuilder), since the engine's memo keeps decisions across sessions.
+        self.tables = tables if tables is not None else AdmissionTables()
+        self._admissions = self.tables.admissions
+        self._equivalent = self.tables.equivalent
+        self._completed = self.tables.completed
+        self._qualities = self.tables.qualities
         # The session whose per-pod CycleState holds what this plugin computed for the pod being
         # decided (its policy and shape, its admission per node); outside a session (a tool or a
         # test calling the plugin directly) the plugin keeps one such state itself.
@@ -297,7 +293,7 @@ class NumaAwarePlugin:
         self._session = ssn
         ssn.add_pre_predicate_fn(PLUGIN_NAME, self.pre_predicate)
         ssn.add_predicate_fn(PLUGIN_NAME, self.predicate)
-        ssn.add_batch_node_order_fn(PLUGIN_NAME, self.batch_node_order)
+        ssn.add_score_parts(PLUGIN_NAME, self.score_part, self.combine_scores)
         ssn.add_event_handler(EventHandler(allocate=self.on_allocate, deallocate=self.on_deallocate))
 
     def equivalence_key(self, task: TaskInfo) -> Hashable:
@@ -309,12 +305,7 @@ class NumaAwarePlugin:
         self._session = None
         self._own_state = CycleState("")
         self._own_task = None
-        self._qualities.clear()
-        self._admissions.clear()
-        self._classes.clear()
-        self._fingerprint_ids.clear()
-        self._equivalent.clear()
-        self._completed.clear()
+        self.tables.trim()
 
     def check_hint_providers(self, factories: Mapping[str, Callable[..., object]]) -> None:
         """Every provider `hint-providers` names exists and builds from these arguments (the
@@ -473,9 +464,7 @@ class NumaAwarePlugin:
         if state is not None and state.generation == node.generation and state.topology is topology:
             return state
         free = free_resources(node)
-        fingerprint = self.fingerprints.get(topology)
-        fingerprint_id = self._fingerprint_ids.setdefault(fingerprint, len(self._fingerprint_ids))
-        class_id = self._classes.setdefault((fingerprint_id, free_key(free)), len(self._classes))
+        class_id = self.tables.class_id(self.fingerprints.get(topology), free_key(free))
         state = _NodeState(node.generation, topology, free, class_id)
         self._admissions[node.name] = state
         return state
@@ -532,26 +521,46 @@ class NumaAwarePlugin:
         return SUCCESS
 
     def batch_node_order(self, task: TaskInfo, nodes: Sequence[NodeInfo]) -> dict[str, float]:
-        counts: dict[str, int] = {}
-        by_name = {node.name: node for node in nodes}
-        for node in nodes:
-            if node.topology is None:
-                continue
+        """The scores of these candidate nodes (score_part per node, then combine_scores)."""
+        return self.combine_scores(task, nodes, {node.name: self.score_part(task, node) for node in nodes})
+
+    def score_part(self, task: TaskInfo, node: NodeInfo) -> _Decision | None:
+        """What the score needs of one node: the task's admission there (None: the node has no
+        topology or does not admit it). The engine memoises it per pod class and generation."""
+        if node.topology is None:
+            return None
+        decision = self._recall(task, node.name)
+        if decision is None:
+            self.admit(task, node)
             decision = self._recall(task, node.name)
-            outcome = decision.outcome if decision is not None else self.admit(task, node)
-            if isinstance(outcome, Status):
-                continue
-            counts[node.name] = outcome.numa.count()
+        return decision
+
+    def combine_scores(
+        self, task: TaskInfo, nodes: Sequence[NodeInfo], parts: Mapping[str, object]
+    ) -> dict[str, float]:
+        """Fewer NUMA nodes first, normalised over the candidates; then, between the nodes close
+        enough to the best, the better-linked device set."""
+        decided = self._pod(task).decided
+        counts: dict[str, int] = {}
+        for node_name, part in parts.items():
+            if isinstance(part, _Decision):
+                # The pod's own decisions, for on_allocate and link quality (memoised parts were
+                # decided for another pod of its class, on the node as it is now).
+                decided[node_name] = part
+                counts[node_name] = part.outcome.numa.count()
         scores = normalized_scores(counts, self.weight)
         # Link quality can only reorder nodes within its own range of the best NUMA score, so the
         # device sets (a full placement each) are chosen on those nodes only.
         linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
+        if not linked:
+            return scores
+        by_name = {node.name: node for node in nodes}
         best = max(scores.values(), default=0.0)
         reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
         qualities: dict[str, tuple[int, ...]] = {}
         for node_name, score in scores.items():
             node = by_name[node_name]
-            if not linked or score < best - reach or node.topology is None or not node.topology.links:
+            if score < best - reach or node.topology is None or not node.topology.links:
                 continue
             resources = [name for name in linked if name in node.topology.devices]
             quality = self._set_quality(task, node, resources) if resources else None
@@ -673,6 +682,56 @@ class NumaAwarePlugin:
         self._pod(task).decided.pop(node_name, None)
 
 
+class AdmissionTables:
+    """Node classes (nodes of equal topology content and equal free resources) and what was
+    computed for them: the admission of a pod shape, the ids chosen, the link quality; and each
+    node's state at its last generation. Valid for as long as the providers are the same, so one
+    instance serves every session of one configuration.
+
+    Class ids are never reused: trimming forgets classes (a class seen again gets a new id), it
+    never lets two contents share an id, so a decision kept elsewhere (the engine's memo) can
+    never be read under another class's id."""
+
+    # Past this many classes, or nodes, the tables start over (ids keep counting).
+    MAX_CLASSES = 200_000
+    MAX_NODES = 50_000
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, Hashable], int] = {}
+        self._fingerprint_ids: dict[TopologyFingerprint, int] = {}
+        self._next_id = 0
+        self.admissions: dict[str, _NodeState] = {}
+        self.equivalent: dict[tuple[int, Hashable], _Shared] = {}
+        # The ids chosen for an Admission, per class and shape: valid on any node of the class.
+        self.completed: dict[tuple[int, Hashable], Placement] = {}
+        # Link quality of the device sets chosen per class, shape and device resources.
+        self.qualities: dict[tuple[int, Hashable, tuple[str, ...]], tuple[int, int, int] | None] = {}
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def class_id(self, fingerprint: TopologyFingerprint, free: Hashable) -> int:
+        topology_id = self._fingerprint_ids.get(fingerprint)
+        if topology_id is None:
+            topology_id = self._fingerprint_ids[fingerprint] = self._new_id()
+        key = (topology_id, free)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = self._new_id()
+        return found
+
+    def trim(self) -> None:
+        if len(self._ids) > self.MAX_CLASSES or len(self._fingerprint_ids) > self.MAX_CLASSES:
+            self._ids.clear()
+            self._fingerprint_ids.clear()
+            self.equivalent.clear()
+            self.completed.clear()
+            self.qualities.clear()
+        if len(self.admissions) > self.MAX_NODES:
+            self.admissions.clear()
+
+
 class TopologyFingerprint:
     """A topology's content but its node name (topology_fingerprint), hashed once: it is built
     once per topology object (TopologyMemo) and then only compared."""
@@ -779,6 +838,7 @@ class NumaAwareBuilder:
         self._key = ""
         self._providers: list[HintProvider] = []
         self._fingerprints: TopologyMemo[TopologyFingerprint] = TopologyMemo(TopologyFingerprint.of)
+        self._tables = AdmissionTables()
 
     def __call__(self, arguments: Arguments) -> NumaAwarePlugin:
         provider_arguments = provider_arguments_of(arguments)
@@ -786,4 +846,5 @@ class NumaAwareBuilder:
         if key != self._key or not self._providers:
             self._key = key
             self._providers = builtin_providers(provider_arguments)
-        return NumaAwarePlugin(arguments, self._providers, self._fingerprints)
+            self._tables = AdmissionTables()
+        return NumaAwarePlugin(arguments, self._providers, self._fingerprints, self._tables)

@@ -64,6 +64,10 @@ PredicateFn = Callable[[TaskInfo, NodeInfo], Status]
 PrePredicateFn = Callable[[TaskInfo], Status]
 NodeOrderFn = Callable[[TaskInfo, NodeInfo], float]
 BatchNodeOrderFn = Callable[[TaskInfo, list[NodeInfo]], dict[str, float]]
+# A batch score split in two: what it needs of each node (memoised like a node-order score, per
+# pod class and node generation) and the scores it makes of those parts over the candidates.
+ScorePartFn = Callable[[TaskInfo, NodeInfo], object]
+CombineFn = Callable[[TaskInfo, Sequence[NodeInfo], Mapping[str, object]], dict[str, float]]
 BestNodeFn = Callable[[TaskInfo, dict[float, list[NodeInfo]]], NodeInfo | None]
 JobOrderFn = Callable[[JobInfo, JobInfo], int]
 TaskOrderFn = Callable[[TaskInfo, TaskInfo], int]
@@ -96,6 +100,19 @@ class Event:
 class EventHandler:
     allocate: Callable[[Event], None] | None = None
     deallocate: Callable[[Event], None] | None = None
+
+
+class ScoreParts:
+    """A batch node-order function made of a per-node part and a combination (add_score_parts)."""
+
+    __slots__ = ("combine", "part")
+
+    def __init__(self, part: ScorePartFn, combine: CombineFn) -> None:
+        self.part = part
+        self.combine = combine
+
+    def __call__(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+        return self.combine(task, nodes, {node.name: self.part(task, node) for node in nodes})
 
 
 @attrs.frozen(slots=True)
@@ -270,6 +287,7 @@ class Session:
     def _declaring_plugins(self) -> list[tuple[str, DeclaresEquivalence]] | None:
         if self._equivalence_plugins is None:
             answering = set(self._predicate_fns) | set(self._node_order_fns)
+            answering |= {name for name, fn in self._batch_node_order_fns.items() if isinstance(fn, ScoreParts)}
             declaring: list[tuple[str, DeclaresEquivalence]] = []
             for name in sorted(answering):
                 plugin = self.plugins.get(name)
@@ -324,6 +342,13 @@ class Session:
 
     def add_batch_node_order_fn(self, name: str, fn: BatchNodeOrderFn) -> None:
         self._batch_node_order_fns[name] = fn
+        self._ordered_cache.clear()
+
+    def add_score_parts(self, name: str, part: ScorePartFn, combine: CombineFn) -> None:
+        """A batch node-order function whose per-node parts the engine may memoise: part(task,
+        node) must depend only on the node's state and on what the plugin's equivalence_key reads
+        of the pod; combine(task, candidates, parts by node name) gives the scores."""
+        self._batch_node_order_fns[name] = ScoreParts(part, combine)
         self._ordered_cache.clear()
 
     def add_best_node_fn(self, name: str, fn: BestNodeFn) -> None:
@@ -461,13 +486,31 @@ class Session:
         totals: dict[str, float] = {}
         name = ""
         try:
-            for name, fn in self._in_order("nodeOrder", self._batch_node_order_fns):  # noqa: B007 - named in the fault
-                for node_name, score in fn(task, nodes).items():
+            for name, fn in self._in_order("nodeOrder", self._batch_node_order_fns):
+                scores = self._memoised_parts(name, fn, task, nodes) if isinstance(fn, ScoreParts) else fn(task, nodes)
+                for node_name, score in scores.items():
                     totals[node_name] = totals.get(node_name, 0.0) + score
         except Exception as error:
             self.record_fault(name, POINT_BATCH_NODE_ORDER, error, task=task)
             return {}
         return totals
+
+    def _memoised_parts(self, name: str, fn: ScoreParts, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+        class_key = self.equivalence_class(task)
+        memo = self.memo
+        if memo is None or class_key is None:
+            return fn(task, nodes)
+        answers = memo.answers(("parts", name, class_key))
+        parts: dict[str, object] = {}
+        part = fn.part
+        for node in nodes:
+            known = answers.get(node.name)
+            if known is not None and known[0] == node.generation:
+                parts[node.name] = known[1]
+            else:
+                value = parts[node.name] = part(task, node)
+                answers[node.name] = [node.generation, value]
+        return fn.combine(task, nodes, parts)
 
     def best_node(self, task: TaskInfo, scores: dict[float, list[NodeInfo]]) -> NodeInfo | None:
         """The first plugin, in tier order, that names a node decides."""
