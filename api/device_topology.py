@@ -50,6 +50,13 @@ class DeviceTopologyError(ValueError):
     """A device topology annotation (or machine fixture) that cannot be used."""
 
 
+def _check_fields(entry: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    """A field this version does not define is a typo or a newer writer: refused, named."""
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise DeviceTopologyError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}")
+
+
 def parse_device_topology(text: str, node_name: str) -> tuple[dict[str, DeviceGroup], DeviceLinks]:
     """Read the annotation into device groups per resource and links per unordered pair.
 
@@ -69,9 +76,7 @@ def device_topology_from_document(document: Any, node_name: str) -> tuple[dict[s
     where = f"node {node_name}: {DEVICE_TOPOLOGY_ANNOTATION}"
     if not isinstance(document, Mapping):
         raise DeviceTopologyError(f"{where}: expected a JSON object, got {type(document).__name__}")
-    unknown = sorted(set(document) - _TOP_FIELDS)
-    if unknown:
-        raise DeviceTopologyError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}")
+    _check_fields(document, _TOP_FIELDS, where)
     version = document.get("version")
     if version != DEVICE_TOPOLOGY_VERSION:
         raise DeviceTopologyError(
@@ -115,9 +120,7 @@ def _parse_devices(raw: Any, where: str) -> dict[str, tuple[DeviceInfo, ...]]:
 def _parse_device(entry: Any, where: str) -> DeviceInfo:
     if not isinstance(entry, Mapping):
         raise DeviceTopologyError(f"{where}: expected an object")
-    unknown = sorted(set(entry) - _DEVICE_FIELDS)
-    if unknown:
-        raise DeviceTopologyError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}")
+    _check_fields(entry, _DEVICE_FIELDS, where)
     device_id = entry.get("id")
     if not isinstance(device_id, str) or not device_id:
         raise DeviceTopologyError(f"{where}: id must be a non-empty string, got {device_id!r}")
@@ -159,9 +162,7 @@ def _parse_links(raw: Any, devices: Mapping[str, tuple[DeviceInfo, ...]], where:
         here = f"{where}: links[{index}]"
         if not isinstance(entry, Mapping):
             raise DeviceTopologyError(f"{here}: expected an object")
-        unknown = sorted(set(entry) - _LINK_FIELDS)
-        if unknown:
-            raise DeviceTopologyError(f"{here}: unknown field(s) {', '.join(map(str, unknown))}")
+        _check_fields(entry, _LINK_FIELDS, here)
         first = _parse_endpoint(entry.get("a"), f"{here}.a", known)
         second = _parse_endpoint(entry.get("b"), f"{here}.b", known)
         if first == second:

@@ -21,7 +21,6 @@ VERSION = "v001"
 # Attributes of a NodeResourceTopology that carry the fingerprint and how it was computed.
 ATTRIBUTE = "nodeTopologyPodsFingerprint"
 ATTRIBUTE_METHOD = "nodeTopologyPodsFingerprintMethod"
-METHOD_ALL = "all"
 METHOD_WITH_EXCLUSIVE_RESOURCES = "with-exclusive-resources"
 
 _MASK = (1 << 64) - 1

@@ -24,17 +24,6 @@ class TaskStatus(enum.Enum):
     UNKNOWN = "Unknown"
 
 
-# Statuses whose resources count as used on their node.
-OCCUPYING_STATUSES = frozenset(
-    {
-        TaskStatus.ALLOCATED,
-        TaskStatus.PIPELINED,
-        TaskStatus.BINDING,
-        TaskStatus.BOUND,
-        TaskStatus.RUNNING,
-        TaskStatus.RELEASING,
-    }
-)
 # Statuses that count toward a gang's minAvailable (Volcano's ReadyTaskNum).
 READY_STATUSES = frozenset(
     {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED}

@@ -223,13 +223,6 @@ class DeviceGroup:
     def by_id(self) -> dict[str, DeviceInfo]:
         return {device.id: device for device in self.devices}
 
-    @cached_property
-    def ids_by_numa(self) -> dict[int | None, tuple[str, ...]]:
-        grouped: dict[int | None, list[str]] = {}
-        for device in self.devices:
-            grouped.setdefault(device.numa, []).append(device.id)
-        return {numa: tuple(ids) for numa, ids in grouped.items()}
-
 
 @attrs.frozen(slots=True)
 class NumaTopology:

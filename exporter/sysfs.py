@@ -21,7 +21,6 @@ from numasched.api.topology import CpuInfo, PcieDistance
 log = structlog.get_logger("numasched.exporter.sysfs")
 
 _NODE_DIR = re.compile(r"^node(\d+)$")
-_CPU_DIR = re.compile(r"^cpu(\d+)$")
 _HUGEPAGES_DIR = re.compile(r"^hugepages-(\d+)kB$")
 _MEMINFO_LINE = re.compile(r"^Node\s+\d+\s+(\w+):\s+(\d+)(?:\s+kB)?$")
 _PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
