@@ -26,6 +26,7 @@ import structlog
 
 from numasched.api.idset import IdSet
 from numasched.api.topology import CpuManagerPolicy
+from numasched.cache.kube.informer import Informer, InformerTiming
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.exporter.command import (
     ClientConfigError,
@@ -42,6 +43,15 @@ from numasched.exporter.enforce_agent import EnforceMetrics, Enforcer, EventEmit
 from numasched.exporter.enforce_cgroup import cgroup_version
 from numasched.exporter.enforce_plan import with_observed
 from numasched.exporter.metrics import ExporterMetrics
+from numasched.exporter.numatopology import (
+    NRT_GROUP,
+    NRT_PLURAL,
+    NRT_VERSION,
+    NUMATOPOLOGY_GROUP,
+    NUMATOPOLOGY_PLURAL,
+    NUMATOPOLOGY_VERSION,
+)
+from numasched.exporter.publisher import ObjectPublisher, PublishError
 from numasched.exporter.report import NodeReport, build_report, parse_device_id_formats
 from numasched.exporter.usage import with_pod_names
 
@@ -127,17 +137,6 @@ async def run_agent(args: argparse.Namespace, nvml: Any = pynvml) -> int:
 
 async def _run_agent(args: argparse.Namespace, nvml: Any, api_client: Any) -> int:
     from kubernetes_asyncio import client
-
-    from numasched.cache.kube.informer import Informer, InformerTiming
-    from numasched.exporter.numatopology import (
-        NRT_GROUP,
-        NRT_PLURAL,
-        NRT_VERSION,
-        NUMATOPOLOGY_GROUP,
-        NUMATOPOLOGY_PLURAL,
-        NUMATOPOLOGY_VERSION,
-    )
-    from numasched.exporter.publisher import ObjectPublisher, PublishError
 
     metrics = ExporterMetrics()
     enforce_metrics = EnforceMetrics(metrics.registry)
