@@ -45,8 +45,13 @@ def victims_keeping_gangs(
     ssn: Session, evictor: TaskInfo, preemptees: Sequence[TaskInfo]
 ) -> tuple[list[TaskInfo], int]:
     """Volcano's gang preemptable / reclaimable: a job gives up tasks only while it keeps more
-    than minAvailable of them running (counted down as its victims are chosen). Abstains for an
-    evictor whose job the session does not hold (nothing to weigh it against)."""
+    than minAvailable of them running (counted down as its victims are chosen).
+
+    When that leaves no victim at all the plugin abstains: in Volcano an empty answer voids its
+    tier and the next tier decides, whereas numasched's session takes an empty answer as a veto
+    (so conformance's protection holds); abstaining keeps Volcano's outcome -- a single pod or a
+    gang at its minimum is not protected by gang alone -- while conformance still filters. Also
+    abstains for an evictor whose job the session does not hold."""
     if evictor.job_id not in ssn.jobs:
         return [], ABSTAIN
     occupied: dict[str, int] = {}
@@ -59,7 +64,7 @@ def victims_keeping_gangs(
         if left > job.min_available:
             occupied[job.uid] = left - 1
             victims.append(preemptee)
-    return victims, PERMIT
+    return victims, PERMIT if victims else ABSTAIN
 
 
 class GangPlugin:

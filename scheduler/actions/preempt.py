@@ -138,6 +138,10 @@ def units_for(
     return units
 
 
+def evicted_count(units: Iterable[VictimUnit]) -> int:
+    return sum(len(unit.tasks) for unit in units)
+
+
 class VictimSearch:
     """Whether the preemptor fits a copy of one node once some victims are gone."""
 
@@ -163,8 +167,8 @@ class VictimSearch:
         return self.ssn.predicate(self.preemptor, copy).passed
 
     def smallest(self, units: Sequence[VictimUnit]) -> tuple[VictimUnit, ...] | None:
-        """The smallest sufficient set (earliest in victim order among equals), None when even
-        all of them do not make room."""
+        """The sufficient set evicting the fewest tasks (the earliest in victim order among
+        equals), None when even all of them do not make room."""
         if self.fits(()):
             return ()
         prefix: list[VictimUnit] = []
@@ -174,13 +178,20 @@ class VictimSearch:
                 break
         else:
             return None
-        for size in range(1, len(prefix)):
+        best: tuple[VictimUnit, ...] = tuple(prefix)
+        best_tasks = evicted_count(best)
+        for size in range(1, len(units) + 1):
+            # Every unit evicts at least one task: a bigger set cannot evict fewer.
+            if size >= best_tasks:
+                break
             for combination in itertools.combinations(units, size):
+                if evicted_count(combination) >= best_tasks:
+                    continue
                 if self.calls >= VICTIM_SEARCH_BUDGET:
-                    return self._pruned(prefix)
+                    return self._pruned(list(best))
                 if self.fits(combination):
-                    return combination
-        return tuple(prefix)
+                    best, best_tasks = combination, evicted_count(combination)
+        return best
 
     def _pruned(self, sufficient: list[VictimUnit]) -> tuple[VictimUnit, ...]:
         """Drop, highest in the order first, every unit the others do without."""
