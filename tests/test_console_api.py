@@ -300,8 +300,10 @@ async def test_a_file_configuration_cannot_be_changed_and_says_why(server: KubeA
 async def test_metrics_serve_the_numa_gauges(scheduler: Scheduler) -> None:
     status, text = await scheduler.request("GET", "/metrics")
     assert status == 200
-    lines = [line for line in str(text).splitlines() if line.startswith("numa_node_cpus_count{")]
-    # pcie-8gpu-2numa: two NUMA nodes
-    assert sorted(line.split("numa_node=")[1].split('"')[1] for line in lines) == ["0", "1"]
-    assert all('node="gpu-0"' in line for line in lines)
-    assert 'numasched_numa_devices{node="gpu-0",numa_node="0",resource="nvidia.com/gpu"} 4.0' in str(text)
+    lines = [line for line in str(text).splitlines() if line.startswith("numasched_numa_cpus{")]
+    # pcie-8gpu-2numa: two NUMA nodes of 64 CPUs each
+    assert sorted(lines) == [
+        'numasched_numa_cpus{node="gpu-0",numa="0"} 64.0',
+        'numasched_numa_cpus{node="gpu-0",numa="1"} 64.0',
+    ]
+    assert 'numasched_numa_devices{node="gpu-0",numa="0",resource="nvidia.com/gpu"} 4.0' in str(text)

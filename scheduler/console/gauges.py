@@ -1,7 +1,10 @@
-"""Per node and NUMA node gauges, read from the cache at scrape time (a Prometheus collector).
+"""Per node and NUMA node gauges of the scheduler, read from its cache at scrape time (a
+Prometheus collector): what the scheduler believes is free, which is what it decides on.
 
-`numa_node_cpus_count` keeps openFuyao's NUMA exporter name (CPUs of a NUMA node), so its
-dashboards read ours; the rest are numasched_ names. The numbers are the console's (view.py).
+The node exporter serves what the node itself sees under openFuyao's names (numa_node_cpus_count,
+numa_node_cpus_allocated, ...: exporter/metrics.py); these are numasched_ names with the same
+labels (node, numa), so a dashboard can set the two side by side. The numbers are the console's
+(view.py).
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from prometheus_client.registry import Collector
 
 from numasched.scheduler.console.view import ClusterView
 
-NODE_LABELS = ["node", "numa_node"]
+NODE_LABELS = ["node", "numa"]
 
 # Every name this collector serves (the dashboard test checks its queries against them).
 NUMA_METRIC_NAMES = (
-    "numa_node_cpus_count",
+    "numasched_numa_cpus",
     "numasched_numa_cpus_allocatable",
     "numasched_numa_cpus_free",
     "numasched_numa_cpus_pinned",
@@ -109,7 +112,7 @@ def _families() -> tuple[GaugeMetricFamily, ...]:
 
     resource_labels = [*NODE_LABELS, "resource"]
     return (
-        gauge("numa_node_cpus_count", "CPUs of the NUMA node (openFuyao's name).", NODE_LABELS),
+        gauge("numasched_numa_cpus", "CPUs of the NUMA node.", NODE_LABELS),
         gauge(
             "numasched_numa_cpus_allocatable", "CPUs of the NUMA node less the kubelet's reserved ones.", NODE_LABELS
         ),
