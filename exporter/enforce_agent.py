@@ -165,8 +165,8 @@ class Enforcer:
             mems_differ = target.mems is not None and current.mems != target.mems
             if not cpus_differ and not mems_differ:
                 return
-            # Memory nodes first when widening them is needed for the new CPUs' pages, CPUs first
-            # otherwise, matters only to the kernel's migration; both are written either way.
+            # A leaf's cpuset.cpus and cpuset.mems are each checked against the parent's alone, so
+            # the order of the two writes cannot make the kernel refuse either.
             write_cpuset(path, cpus if cpus_differ else None, mems if mems_differ else None)
         except CgroupError as error:
             self._failed("pinning failed", container, error, pod=target.pod.key, name=target.container)

@@ -45,6 +45,8 @@ class FailureReason(enum.StrEnum):
     GONE = "gone"  # the container's cgroup does not exist (any more)
     PERMISSION = "permission"  # EACCES / EPERM / EROFS: the mount is read-only or not ours
     INVALID = "invalid"  # the kernel refused the value (CPUs outside the parent's set, ...)
+    # The cgroup exists without cpuset files: v2 with cpuset not in the parent's cgroup.subtree_control.
+    NO_CPUSET = "no-cpuset-controller"
     UNREADABLE = "unreadable"  # the file says something that is not a cpu list
     OTHER = "other"
 
@@ -182,6 +184,10 @@ def read_cpuset(directory: Path) -> CpusetFiles:
         try:
             texts.append((directory / name).read_text(encoding="ascii").strip())
         except OSError as error:
+            if error.errno == errno.ENOENT and directory.is_dir():
+                raise CgroupError(
+                    FailureReason.NO_CPUSET, f"{directory}: no {name} (the cpuset controller is not enabled here)"
+                ) from None
             raise CgroupError(_reason(error), f"{directory / name}: {error.strerror or error}") from None
         except UnicodeDecodeError:
             raise CgroupError(FailureReason.UNREADABLE, f"{directory / name}: not ASCII") from None

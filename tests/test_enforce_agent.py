@@ -402,3 +402,14 @@ def test_observed_holdings_join_the_kubelets_by_pod() -> None:
         "gpu": ("", {"nvidia.com/gpu": ("GPU-a",)}),
         "app": ("2-5", {}),
     }
+
+
+def test_a_cgroup_without_the_cpuset_controller_is_a_failure_of_its_own(tmp_path: Path) -> None:
+    hierarchy = make_root(tmp_path / "cgroup", "v2")
+    bare = hierarchy / LAYOUTS[("systemd", "containerd", "Burstable")]
+    bare.mkdir(parents=True)  # cgroup.subtree_control of the parent lacks cpuset: no cpuset.* files
+    agent, metrics = enforcer(tmp_path / "cgroup")
+    agent.replace("Pod", [pod(allocation=decision("2-5"))])
+    agent.enforce(False, NUMA_OF_CPU)
+    assert sorted(path.name for path in bare.iterdir()) == []  # nothing created
+    assert sample(metrics, "numasched_enforce_failures_total", reason="no-cpuset-controller") == 1
