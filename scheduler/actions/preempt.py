@@ -55,9 +55,19 @@ VictimVote = Callable[[TaskInfo, Sequence[TaskInfo]], list[TaskInfo]]
 CandidateFilter = Callable[[TaskInfo, TaskInfo], bool]
 
 
+# Go's strconv.ParseBool spellings of true (any other value, "false" or garbage, is false).
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
 def marked_preemptable(task: TaskInfo) -> bool:
-    """False when the pod opts out with the annotation volcano.sh/preemptable: "false"."""
-    return task.annotations.get(PREEMPTABLE_ANNOTATION, "true").strip().lower() != "false"
+    """Volcano's GetPodPreemptable: the pod's volcano.sh/preemptable annotation, else its label of
+    that name, else preemptable; a value Go's ParseBool does not read means not preemptable."""
+    value = task.annotations.get(PREEMPTABLE_ANNOTATION)
+    if value is None:
+        value = task.labels.get(PREEMPTABLE_ANNOTATION)
+    if value is None:
+        return True
+    return value in _GO_TRUE
 
 
 def evictable(task: TaskInfo) -> bool:
