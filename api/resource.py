@@ -17,11 +17,18 @@ from numasched.api.quantity import QuantityError, parse_integer, parse_milli
 CPU = "cpu"
 MEMORY = "memory"
 PODS = "pods"
+# The resource name NVIDIA's device plugin advertises GPUs under (Volcano's gpuDetail means it).
+GPU_RESOURCE = "nvidia.com/gpu"
 # Resources the scheduler accounts but never treats as scalar extended resources.
 _IGNORED_SCALARS = frozenset({"ephemeral-storage", PODS})
 # Comparisons tolerate rounding left by float arithmetic on big memory sizes.
 _MILLI_TOLERANCE = 0.01
 _MEMORY_TOLERANCE = 1.0
+
+
+def is_memory_resource(name: str) -> bool:
+    """memory and huge pages: bytes per NUMA node, what the memory manager pins (not devices)."""
+    return name == MEMORY or name.startswith("hugepages-")
 
 
 def _non_negative(value: int, raw: object) -> int:

@@ -57,6 +57,7 @@ from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail,
 from numasched.api.numamask import MAX_NUMA_ID
 from numasched.api.pod_fingerprint import ATTRIBUTE as NRT_PODS_FINGERPRINT
 from numasched.api.quantity import QuantityError, parse_quantity
+from numasched.api.resource import GPU_RESOURCE, is_memory_resource
 from numasched.api.topology import (
     MAX_ALLOWABLE_NUMA_NODES,
     MAX_CPU_ID,
@@ -84,7 +85,6 @@ from numasched.cache.convert_topology_koordlet import (
 from numasched.plugins.numaaware.providers.cpu_assignment import CpuAssignmentError, take_packed
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
 
-GPU_RESOURCE = "nvidia.com/gpu"
 MAX_NUMA_NODES = MAX_NUMA_ID + 1
 # Socket, core and cache ids are labels, not sizes; bounded only to keep them machine integers.
 MAX_LABEL_ID = (1 << 32) - 1
@@ -140,7 +140,7 @@ def _nrt_fail(name: str, message: str) -> ConversionError:
 
 
 def _is_device(resource: str) -> bool:
-    return resource not in _NOT_DEVICES and not resource.startswith("hugepages-")
+    return resource not in _NOT_DEVICES and not is_memory_resource(resource)
 
 
 # -- small typed readers ----------------------------------------------------------------------------
@@ -976,7 +976,7 @@ def nrt_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str], None] | 
                 raise fail(f"{field}: listed twice in one zone")
             seen_resources.add(resource_name)
             raw_allocatable = resource.get("allocatable", resource.get("capacity"))
-            if resource_name == "memory" or resource_name.startswith("hugepages-"):
+            if is_memory_resource(resource_name):
                 memory.setdefault(resource_name, {})[numa] = _bytes(raw_allocatable, fail, f"{field}.allocatable")
                 continue
             if resource_name == "cpu":

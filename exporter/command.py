@@ -20,6 +20,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from numasched.api.resource import GPU_RESOURCE
 from numasched.cli_durations import parse_duration
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.cli_input_files import InputFileError, read_yaml_file
@@ -40,7 +41,6 @@ from numasched.exporter.podresources.client import PodResourcesUnavailable, read
 from numasched.exporter.publisher import ObjectPublisher, PublishError
 from numasched.exporter.rdma import read_rdma_devices
 from numasched.exporter.report import (
-    GPU_RESOURCE,
     RDMA_RESOURCE,
     Discovery,
     NodeReport,

@@ -26,6 +26,7 @@ from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
 from numasched.api.pod_fingerprint import ATTRIBUTE as FINGERPRINT_ATTRIBUTE
 from numasched.api.pod_fingerprint import ATTRIBUTE_METHOD as FINGERPRINT_METHOD_ATTRIBUTE
 from numasched.api.pod_fingerprint import METHOD_WITH_EXCLUSIVE_RESOURCES, pods_fingerprint
+from numasched.api.resource import is_memory_resource
 from numasched.api.topology import (
     RESERVED_CPUS_POLICY,
     CpuManagerPolicy,
@@ -93,7 +94,7 @@ def use_known(report: NodeReport, resource: str) -> bool:
         return report.usage.source in ("podresources", "checkpoint") or (
             policies.cpu_manager_policy == CpuManagerPolicy.NONE
         )
-    if resource == "memory" or resource.startswith("hugepages-"):
+    if is_memory_resource(resource):
         return report.usage.source == "podresources" or policies.memory_manager_policy == "None"
     return report.usage.source == "podresources" or report.usage.devices_known
 

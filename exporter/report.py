@@ -16,6 +16,7 @@ import structlog
 from numasched.api.allocation import ContainerAllocation
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask
+from numasched.api.resource import GPU_RESOURCE
 from numasched.api.topology import (
     DeviceGroup,
     DeviceInfo,
@@ -39,7 +40,6 @@ from numasched.exporter.usage import NodeUsage, PodUsage
 
 log = structlog.get_logger("numasched.exporter.report")
 
-GPU_RESOURCE = "nvidia.com/gpu"
 RDMA_RESOURCE = "rdma/hca"
 
 
