@@ -90,9 +90,22 @@ CONSOLE_JS = """\
       .catch(function (error) { state.textContent = "not updated: " + error.message; });
   }
 
-  ["filter-label", "filter-model", "filter-policy"].forEach(function (id) {
+  // Filters live in the address too (?label=k%3Dv&model=...&policy=...), so a view can be shared.
+  var filters = { "filter-label": "label", "filter-model": "model", "filter-policy": "policy" };
+  var query = new URLSearchParams(window.location.search);
+  Object.keys(filters).forEach(function (id) {
     var element = document.getElementById(id);
-    if (element) { element.addEventListener("input", applyFilters); element.addEventListener("change", applyFilters); }
+    if (!element) { return; }
+    if (query.get(filters[id])) { element.value = query.get(filters[id]); }
+    function changed() {
+      var url = new URL(window.location.href);
+      if (element.value) { url.searchParams.set(filters[id], element.value); }
+      else { url.searchParams.delete(filters[id]); }
+      window.history.replaceState(null, "", url.toString());
+      applyFilters();
+    }
+    element.addEventListener("input", changed);
+    element.addEventListener("change", changed);
   });
   applyFilters();
   if (period > 0) { window.setInterval(refresh, period); }

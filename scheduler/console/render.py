@@ -155,7 +155,7 @@ def _numa_box(numa: NumaNodeView) -> str:
     lines = [f"NUMA {numa.id}", f"CPU {pinned}/{numa.cpu_allocatable}"]
     memory = next((cell for cell in numa.memory if cell.resource == "memory"), None)
     if memory is not None:
-        lines.append(f"mem {format_bytes(memory.used)}/{format_bytes(memory.total)}")
+        lines.append(f"mem pinned {format_bytes(memory.used)}/{format_bytes(memory.total)}")
     resources = sorted({cell.resource for cell in numa.devices})
     for resource in resources:
         cells = numa.devices_of(resource)
