@@ -1,12 +1,13 @@
-# make demo: install into .venv and schedule the bundled example cluster.
-# make test: install into .venv and run ruff, ruff format --check, mypy --strict and the whole test suite.
+# make demo: install into .venv, schedule the bundled example cluster and say how to open its console.
+# make test: install into .venv and run ruff, ruff format --check, mypy --strict and the whole test suite
+#            (installing Debian's chromium first, for the console's browser tests, when run as root).
 # make lock: regenerate requirements.lock (the image's dependencies, pinned with hashes) from pyproject.toml.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-full lock clean
+.PHONY: demo test lint typecheck unit chromium bench bench-full lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +17,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+DEMO_CONSOLE ?= 127.0.0.1:8080
+
 demo: $(STAMP)
 	$(BIN)/numasched simulate
+	@echo
+	@echo "See the placements in the NUMA console (per-NUMA occupancy, the NVLink graph of dgx1-0, why each"
+	@echo "pending pod waits):"
+	@echo "  $(BIN)/numasched simulate --serve $(DEMO_CONSOLE)    then open http://$(DEMO_CONSOLE)/ui/"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -28,8 +35,22 @@ typecheck: $(STAMP)
 	mkdir -p $(VENV)/typecheck && ln -sfn $(CURDIR) $(VENV)/typecheck/numasched
 	cd $(VENV)/typecheck && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml numasched
 
-unit: $(STAMP)
+unit: $(STAMP) chromium
 	$(BIN)/python -m pytest
+
+# The console's browser tests drive Debian's chromium headless. Installed when missing and this
+# runs as root with apt-get (CI: Debian with Python 3.11); otherwise those tests skip, saying why.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the console's browser tests (apt-get)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
+	      echo "chromium could not be installed: the browser tests will be skipped"; \
+	  else \
+	    echo "chromium is missing and cannot be installed here (needs root and apt-get): the browser tests will be skipped"; \
+	  fi; }
 
 test: lint typecheck unit
 
