@@ -8,11 +8,15 @@ outcome rather than raising, and bounds every request it makes by its own timeou
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import attrs
+import structlog
 
 from numasched.api.task import TaskInfo
+
+_log = structlog.get_logger("numasched.eviction")
 
 # kube-scheduler's condition and reason for a pod it preempts (k8s.io/api core/v1).
 DISRUPTION_TARGET = "DisruptionTarget"
@@ -53,3 +57,23 @@ def condition_message(scheduler_name: str, request: EvictRequest) -> str:
 def event_message(request: EvictRequest) -> str:
     reason = request.reason
     return f"{reason[:1].upper()}{reason[1:]} on node {request.node_name}"
+
+
+def eviction_call(evictor: Evictor, request: EvictRequest) -> Callable[[], Awaitable[None]]:
+    """The loop's unit of work for one victim: evict it and log what came of it (never raises
+    for an outcome; the caller bounds the whole call by its report timeout)."""
+
+    async def call() -> None:
+        outcome = await evictor.evict(request)
+        if outcome.status is EvictStatus.EVICTED:
+            _log.info("victim evicted", pod=request.task.key, node=request.node_name, reason=request.reason)
+        else:
+            _log.warning(
+                "victim not evicted; it keeps running and the next cycle decides again",
+                pod=request.task.key,
+                node=request.node_name,
+                status=str(outcome.status),
+                error=outcome.message,
+            )
+
+    return call
