@@ -1,15 +1,18 @@
 """The scheduling loop: snapshot -> session -> bind, every period, until told to stop.
 
-run_session is the pure part (a snapshot in, decisions out). schedule_cycle adds the edges:
-each job is streamed out of the session the moment it is committed (a gang once it is ready),
-assumed in the cache (so the next snapshot already sees its CPUs and devices taken) and bound by
-a fixed pool of workers while the session goes on deciding; a placement whose bind failed is
-forgotten.
+run_session is the pure part (a snapshot in, decisions out). The edges: each job is streamed out
+of the session the moment it is committed (a gang once it is ready), assumed in the cache (so the
+next snapshot already sees its CPUs and devices taken) and bound by a fixed pool of workers
+(BindPipeline) while the session goes on deciding; a placement whose bind failed is forgotten.
+schedule_cycle runs one cycle and returns when its binds are done; run_loop keeps one pipeline
+for all its cycles, so the next cycle decides while the last one's binds are still in flight.
 
 Stopping (SIGTERM, or leadership lost) is checked by the actions between jobs and tasks; once it
 is asked for, no bind is sent that was not already sent, and the binds in flight get a grace
-period to finish. A pod whose plugins raise is held back for a growing time (PodBackoff), as
-kube-scheduler backs off a pod whose attempt failed, so one bad pod does not cost every cycle.
+period to finish. A pod whose plugins raised is held back for a growing time (PodBackoff), as
+kube-scheduler backs off a pod whose attempt failed, so one bad pod does not cost every cycle; a
+pod that found no node waits among the unschedulable pods (loop_unschedulable) until a cluster
+change and its backoff let it be tried again, so each cycle decides only new and re-activated pods.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Protocol, TypeVar
 import anyio
 import attrs
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from numasched.api.allocation import PodAllocation
 from numasched.api.snapshot import ClusterSnapshot
@@ -207,25 +210,143 @@ async def _bounded(call: Callable[[], Awaitable[_T]], timeout_s: float) -> _T:
         return await call()
 
 
+@attrs.define(eq=False)
+class _CycleBinds:
+    """One cycle's share of the bind pipeline: the outcomes of its binds and when all of its work
+    (binds and reports) is done. The session may be over long before."""
+
+    outcomes: dict[str, BindOutcome] = attrs.Factory(dict)
+    queued: int = 0
+    sealed: bool = False
+    done: anyio.Event = attrs.Factory(anyio.Event)
+
+    def added(self) -> None:
+        self.queued += 1
+
+    def finished_one(self) -> None:
+        self.queued -= 1
+        if self.sealed and self.queued <= 0:
+            self.done.set()
+
+    def seal(self) -> None:
+        """Nothing more comes for this cycle."""
+        self.sealed = True
+        if self.queued <= 0:
+            self.done.set()
+
+
 @attrs.frozen(slots=True)
 class _BindWork:
     request: BindRequest
+    cycle: _CycleBinds
 
 
 @attrs.frozen(slots=True)
 class _ReportWork:
     call: Callable[[], Awaitable[None]]
     subject: str
+    cycle: _CycleBinds
 
 
 _Work = _BindWork | _ReportWork
 
 
+@attrs.frozen
+class _Binding:
+    """What every bind worker shares: where binds and reports go, and whether a stop was asked for."""
+
+    cache: CacheLike
+    binder: Binder
+    reporter: StatusReporter
+    timeout_s: float
+    stopping: Callable[[], bool]
+    # Told why, each time a placement is forgotten after a bind that did not succeed.
+    on_released: Callable[[str], None] | None = None
+
+
+class BindPipeline:
+    """A fixed pool of bind workers (bounded concurrency, not one task per pod) fed by a queue,
+    for one cycle (schedule_cycle) or for a whole run of the loop (run_loop), where it lets the
+    next cycle decide while the last one's binds are still in flight. Binds and reports are done
+    in the order queued. Once a stop is asked for, nothing not yet sent is sent (its placement is
+    forgotten) and the binds in flight get the shutdown grace; whatever was queued and never sent
+    when the pipeline ends (grace over, cancelled) is forgotten too, so nothing stays assumed."""
+
+    def __init__(self, binding: _Binding, concurrency: int) -> None:
+        self.binding = binding
+        self.concurrency = max(1, concurrency)
+        # Unbounded: it holds at most the decisions of the cycles not yet bound, which exist anyway.
+        self._send, self._receive = anyio.create_memory_object_stream[_Work](max_buffer_size=math.inf)
+        # Assumed and queued but not taken by a bind worker yet: forgotten if never sent.
+        self.unsent: dict[str, BindRequest] = {}
+        self._open: set[_CycleBinds] = set()
+
+    def queue(self, work: _Work) -> bool:
+        """On the loop: queue work for the workers; False when the pipeline is closed."""
+        try:
+            self._send.send_nowait(work)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        work.cycle.added()
+        self._open.add(work.cycle)
+        if isinstance(work, _BindWork):
+            self.unsent[work.request.task.uid] = work.request
+        return True
+
+    def close(self) -> None:
+        """No more work: the workers finish what is queued (or skip it, once stopping) and end."""
+        self._send.close()
+
+    def _done_with(self, work: _Work) -> None:
+        work.cycle.finished_one()
+        if work.cycle.done.is_set():
+            self._open.discard(work.cycle)
+
+    async def run(self, stop: anyio.Event | None, shutdown_grace_s: float) -> None:
+        """The workers, until the pipeline is closed and its queue empty; once `stop` is set they
+        get shutdown_grace_s to finish."""
+        try:
+            with anyio.CancelScope() as sending:
+                async with anyio.create_task_group() as watch:
+                    if stop is not None:
+                        watch.start_soon(_limit_to_grace, stop, sending, shutdown_grace_s)
+                    async with self._receive, anyio.create_task_group() as pool:
+                        for _ in range(self.concurrency):
+                            pool.start_soon(self._work_off, self._receive.clone())
+                    watch.cancel_scope.cancel()
+            if sending.cancelled_caught:
+                _log.warning(
+                    "shutdown grace over; binds in flight abandoned", grace=shutdown_grace_s, binds=len(self.unsent)
+                )
+        finally:
+            self.forget_unsent()
+            # Cycles whose work was cut off are as done as they will get.
+            for cycle in self._open:
+                cycle.done.set()
+            self._open.clear()
+
+    async def _work_off(self, receive: MemoryObjectReceiveStream[_Work]) -> None:
+        binding = self.binding
+        async with receive:
+            async for work in receive:
+                if isinstance(work, _BindWork):
+                    self.unsent.pop(work.request.task.uid, None)
+                    await _bind_one(work.request, binding, work.cycle.outcomes)
+                elif not binding.stopping():
+                    await _report(work.call, _log.bind(subject=work.subject))
+                self._done_with(work)
+
+    def forget_unsent(self) -> None:
+        for uid in self.unsent:
+            self.binding.cache.forget(uid)
+        self.unsent.clear()
+
+
 class _BindStream:
     """Bind requests committed in the session's worker thread, handed to the event loop as each
     job is committed. On the loop each is assumed in the cache (so the next snapshot sees its
-    CPUs and devices taken; the session's own copy already does) and queued for the bind
-    workers. Once a stop is asked for nothing more is assumed or queued.
+    CPUs and devices taken; the session's own copy already does) and queued in the pipeline.
+    Once a stop is asked for nothing more is assumed or queued.
 
     The worker thread never waits for the loop: it appends under a lock and wakes the loop once
     per batch, so deciding does not slow down while the loop is busy binding."""
@@ -233,12 +354,14 @@ class _BindStream:
     def __init__(
         self,
         cache: CacheLike,
-        send: MemoryObjectSendStream[_Work],
+        pipeline: BindPipeline,
+        cycle: _CycleBinds,
         stopping: Callable[[], bool],
         wake_interval_s: float,
     ) -> None:
         self._cache = cache
-        self._send = send
+        self._pipeline = pipeline
+        self._cycle = cycle
         self._stopping = stopping
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
@@ -247,8 +370,6 @@ class _BindStream:
         self._wake_interval_s = wake_interval_s
         # Assumed and queued, in commit order: what the cycle hands to the binder.
         self.delivered: list[BindRequest] = []
-        # Assumed and queued but not taken by a bind worker yet: forgotten if never sent.
-        self.unsent: dict[str, BindRequest] = {}
         self.dropped = 0
 
     def publish(self, requests: Sequence[BindRequest]) -> None:
@@ -281,43 +402,16 @@ class _BindStream:
                 continue
             task = request.task
             self._cache.assume(task.uid, request.node_name, task.allocation)
-            try:
-                self._send.send_nowait(_BindWork(request))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            if not self._pipeline.queue(_BindWork(request, self._cycle)):
                 self._cache.forget(task.uid)
                 self.dropped += 1
                 continue
             self.delivered.append(request)
-            self.unsent[task.uid] = request
         if batch:
             self._loop.call_later(self._wake_interval_s, self.deliver)
 
-    def taken(self, request: BindRequest) -> None:
-        self.unsent.pop(request.task.uid, None)
 
-    def forget_unsent(self) -> None:
-        """The cycle ends with requests never sent (grace over, cancelled): none stays assumed."""
-        for uid in self.unsent:
-            self._cache.forget(uid)
-        self.unsent.clear()
-
-
-@attrs.frozen
-class _Binding:
-    """What every bind worker of one cycle shares: where binds go, where outcomes are recorded,
-    and whether a stop was asked for."""
-
-    cache: CacheLike
-    binder: Binder
-    reporter: StatusReporter
-    timeout_s: float
-    outcomes: dict[str, BindOutcome]
-    stopping: Callable[[], bool]
-    # Told why, each time a placement is forgotten after a bind that did not succeed.
-    on_released: Callable[[str], None] | None = None
-
-
-async def _bind_one(request: BindRequest, binding: _Binding) -> None:
+async def _bind_one(request: BindRequest, binding: _Binding, outcomes: dict[str, BindOutcome]) -> None:
     task = request.task
     log = _log.bind(pod=task.key, node=request.node_name)
     if binding.stopping():
@@ -336,7 +430,7 @@ async def _bind_one(request: BindRequest, binding: _Binding) -> None:
         # is forgotten; if the bind did land, the pod's watch event brings it back.
         binding.cache.forget(task.uid)
         raise
-    binding.outcomes[task.uid] = outcome
+    outcomes[task.uid] = outcome
     if outcome.status is BindStatus.BOUND:
         log.info("pod bound")
         await _report(lambda: binding.reporter.scheduled(task, request.node_name), log)
@@ -357,41 +451,70 @@ async def _report(call: Callable[[], Awaitable[None]], log: structlog.typing.Fil
         log.warning("status report failed", error=f"{type(error).__name__}: {error}")
 
 
-async def _work_off(receive: MemoryObjectReceiveStream[_Work], stream: _BindStream, binding: _Binding) -> None:
-    """One of the cycle's bind workers: binds and reports, one at a time, in the order queued."""
-    async with receive:
-        async for work in receive:
-            if isinstance(work, _BindWork):
-                stream.taken(work.request)
-                await _bind_one(work.request, binding)
-            elif not binding.stopping():
-                await _report(work.call, _log.bind(subject=work.subject))
-
-
-async def _run_workers(
-    receive: MemoryObjectReceiveStream[_Work],
-    workers: int,
-    stream: _BindStream,
-    binding: _Binding,
+async def _decide(
+    cache: CacheLike,
+    config: SchedulerConfig,
+    registry: Registry,
+    pipeline: BindPipeline,
+    *,
     stop: anyio.Event | None,
-    shutdown_grace_s: float,
-) -> None:
-    """A fixed pool of workers (bounded concurrency, not one task per pod) until the queue is
-    closed and empty; once a stop is asked for they get shutdown_grace_s to finish."""
-    with anyio.CancelScope() as sending:
-        async with anyio.create_task_group() as watch:
-            if stop is not None:
-                watch.start_soon(_limit_to_grace, stop, sending, shutdown_grace_s)
-            async with receive, anyio.create_task_group() as pool:
-                for _ in range(workers):
-                    pool.start_soon(_work_off, receive.clone(), stream, binding)
-            watch.cancel_scope.cancel()
-    if sending.cancelled_caught:
+    held_back: Mapping[str, str] | None,
+    hold_back: Callable[[ClusterSnapshot], Mapping[str, str]] | None,
+    freeze: bool,
+) -> tuple[SessionResult, _CycleBinds]:
+    """Snapshot, then the session in a worker thread, each committed job assumed and queued in
+    the pipeline as it is committed; then the cycle's reports. Returns once the session is over
+    and all its work is queued (not done: the cycle's done event says when)."""
+    snapshot = cache.snapshot()
+    if hold_back is not None:
+        held_back = {**(held_back or {}), **hold_back(snapshot)}
+    # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
+    # interrupted, so it is told to stop deciding and left to finish on its own copy.
+    abandoned = threading.Event()
+
+    def stopping() -> bool:
+        return abandoned.is_set() or (stop is not None and stop.is_set())
+
+    cycle = _CycleBinds()
+    stream = _BindStream(cache, pipeline, cycle, stopping, STREAM_WAKE_INTERVAL_S)
+    session = functools.partial(run_session, should_stop=stopping, held_back=held_back, on_commit=stream.publish)
+    reporter = pipeline.binding.reporter
+    if freeze:
+        freeze_long_lived()
+    try:
+        # The session is CPU-bound; a worker thread keeps watch events and binds flowing.
+        result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
+    except Exception:
+        # What was committed before stays committed (and is bound).
+        stream.deliver()
+        cycle.seal()
+        raise
+    except BaseException:
+        abandoned.set()
+        raise
+    finally:
+        if freeze:
+            thaw_long_lived()
+    stream.deliver()
+    if not stopping():
+        for entry in result.unschedulable:
+            pipeline.queue(_ReportWork(_unschedulable_call(entry, reporter), entry.task.key, cycle))
+        for update in result.job_updates:
+            pipeline.queue(_ReportWork(_job_call(update, reporter), update.job.key, cycle))
+    cycle.seal()
+    if stopping():
+        if stream.dropped:
+            _log.info("stop asked for during the session; its later binds are not sent", binds=stream.dropped)
+        result = attrs.evolve(result, stopped=True)
+    result = attrs.evolve(result, bind_requests=tuple(stream.delivered))
+    for eviction in result.evictions:
         _log.warning(
-            "shutdown grace over; binds in flight abandoned",
-            grace=shutdown_grace_s,
-            binds=len(stream.delivered) - len(binding.outcomes),
+            "eviction decided but this scheduler has no evictor; the pod keeps running",
+            pod=eviction.task.key,
+            node=eviction.node_name,
+            reason=eviction.reason,
         )
+    return result, cycle
 
 
 async def schedule_cycle(
@@ -410,82 +533,46 @@ async def schedule_cycle(
     on_released: Callable[[str], None] | None = None,
     freeze: bool = True,
 ) -> CycleResult:
-    """One cycle. Each job is assumed and handed to the bind workers as soon as the session
-    commits it, so binding overlaps with deciding. Once `stop` is set the session decides nothing
-    more, no bind or report that was not sent yet is sent, and the binds in flight get
-    shutdown_grace_s to finish. With freeze, what is alive once the snapshot is taken (the
-    cache, the snapshot) sits out the garbage collector's generations until the cycle ends.
+    """One cycle, returning once its binds and reports are done. Each job is assumed and handed
+    to the bind workers as soon as the session commits it, so binding overlaps with deciding.
+    Once `stop` is set the session decides nothing more, no bind or report that was not sent yet
+    is sent, and the binds in flight get shutdown_grace_s to finish. With freeze, what is alive
+    once the snapshot is taken (the cache, the snapshot) sits out the garbage collector's
+    generations until the session ends.
 
     held_back names tasks not to try, with why; hold_back, when given, is asked the same of the
     snapshot once it is taken (and its answer added). on_released hears why each time a
     placement is forgotten after its bind did not succeed (what it held is free again)."""
     started = time.monotonic()
-    snapshot = cache.snapshot()
-    if hold_back is not None:
-        held_back = {**(held_back or {}), **hold_back(snapshot)}
-    # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
-    # interrupted, so it is told to stop deciding and left to finish on its own copy.
-    abandoned = threading.Event()
-
-    def stopping() -> bool:
-        return abandoned.is_set() or (stop is not None and stop.is_set())
-
-    outcomes: dict[str, BindOutcome] = {}
-    # Unbounded: it holds at most the cycle's own decisions, which the session holds anyway.
-    send, receive = anyio.create_memory_object_stream[_Work](max_buffer_size=math.inf)
-    stream = _BindStream(cache, send, stopping, STREAM_WAKE_INTERVAL_S)
-    session = functools.partial(run_session, should_stop=stopping, held_back=held_back, on_commit=stream.publish)
-    failure: Exception | None = None
+    stop_binding = stop.is_set if stop is not None else _never_stop
+    pipeline = BindPipeline(
+        _Binding(cache, binder, reporter, bind_timeout_s, stop_binding, on_released), bind_concurrency
+    )
     result = SessionResult(stopped=True)
-    if freeze:
-        freeze_long_lived()
-    try:
-        async with anyio.create_task_group() as group:
-            binding = _Binding(cache, binder, reporter, bind_timeout_s, outcomes, stopping, on_released)
-            group.start_soon(_run_workers, receive, max(1, bind_concurrency), stream, binding, stop, shutdown_grace_s)
-            with send:
-                try:
-                    # The session is CPU-bound; a worker thread keeps watch events and binds flowing.
-                    result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
-                except Exception as error:
-                    # What was committed before stays committed (and bound); the error is raised
-                    # once the binds already handed on have finished.
-                    failure = error
-                except BaseException:
-                    abandoned.set()
-                    raise
-                stream.deliver()
-                if not stopping():
-                    for entry in result.unschedulable:
-                        send.send_nowait(_ReportWork(_unschedulable_call(entry, reporter), entry.task.key))
-                    for update in result.job_updates:
-                        send.send_nowait(_ReportWork(_job_call(update, reporter), update.job.key))
-    finally:
-        stream.forget_unsent()
-        if freeze:
-            thaw_long_lived()
+    cycle = _CycleBinds()
+    failure: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(pipeline.run, stop, shutdown_grace_s)
+        try:
+            result, cycle = await _decide(
+                cache, config, registry, pipeline, stop=stop, held_back=held_back, hold_back=hold_back, freeze=freeze
+            )
+        except Exception as error:
+            # What was committed before stays committed (and bound); the error is raised once
+            # the binds already handed on have finished.
+            failure = error
+        finally:
+            pipeline.close()
     if failure is not None:
         raise failure
-    if stopping():
-        if stream.dropped:
-            _log.info("stop asked for during the session; its later binds are not sent", binds=stream.dropped)
-        result = attrs.evolve(result, stopped=True)
-    result = attrs.evolve(result, bind_requests=tuple(stream.delivered))
-    for eviction in result.evictions:
-        _log.warning(
-            "eviction decided but this scheduler has no evictor; the pod keeps running",
-            pod=eviction.task.key,
-            node=eviction.node_name,
-            reason=eviction.reason,
-        )
     seconds = time.monotonic() - started
     _log.debug(
         "cycle done",
-        bound=sum(1 for outcome in outcomes.values() if outcome.status is BindStatus.BOUND),
+        bound=sum(1 for outcome in cycle.outcomes.values() if outcome.status is BindStatus.BOUND),
         unschedulable=len(result.unschedulable),
         seconds=round(seconds, 4),
     )
-    return CycleResult(result, outcomes, seconds)
+    return CycleResult(result, cycle.outcomes, seconds)
 
 
 def record_unschedulable(waiting: UnschedulablePods, session: SessionResult, now: float, changes_at_start: int) -> None:
@@ -603,62 +690,77 @@ async def run_loop(
     and the loop goes on. Pods whose plugins raised sit out their backoff; pods that did not fit
     wait in `unschedulable` until a cluster change (noted there by the informers' side) or its
     flush interval, and their backoff, let them be tried again. A trigger starts the next cycle
-    early (pods arrived, or waiting pods may fit now). Returns the number of cycles run."""
+    early (pods arrived, or waiting pods may fit now).
+
+    One bind pipeline serves every cycle, so the next cycle may decide while the last one's binds
+    are in flight (its snapshot sees them assumed); on_cycle hears of each cycle once its binds
+    and reports are done. Once `stop` is set no new cycle starts, nothing not yet sent is sent,
+    and the binds in flight get shutdown_grace_s. Returns the number of cycles run."""
     if not math.isfinite(period_s) or period_s <= 0:
         raise ValueError(f"schedule period must be a positive number of seconds, got {period_s!r}")
     pod_backoff = backoff if backoff is not None else PodBackoff()
     waiting = unschedulable if unschedulable is not None else UnschedulablePods()
+
+    def hold_back(snapshot: ClusterSnapshot) -> dict[str, str]:
+        now = time.monotonic()
+        held = waiting.held_back(snapshot.jobs, now)
+        # A pod backing off after a plugin error says so, whatever it failed with before.
+        held.update(pod_backoff.held_back(now))
+        return held
+
+    def released(reason: str) -> None:
+        waiting.cluster_changed(reason, time.monotonic())
+
+    pipeline = BindPipeline(_Binding(cache, binder, reporter, bind_timeout_s, stop.is_set, released), bind_concurrency)
     cycles = 0
     last_config: SchedulerConfig | None = None
-    while not stop.is_set():
-        started = time.monotonic()
-        if trigger is not None:
-            # Arrivals from now on are for the next cycle; this one's snapshot sees those before.
-            trigger.reset()
-        config = current_config()
-        if last_config is not None and config is not last_config:
-            # Other plugins or arguments may place what the last ones could not.
-            waiting.cluster_changed("scheduler configuration reloaded", started)
-        last_config = config
-        changes_at_start = waiting.changes
-
-        def hold_back(snapshot: ClusterSnapshot) -> dict[str, str]:
-            now = time.monotonic()
-            held = waiting.held_back(snapshot.jobs, now)
-            # A pod backing off after a plugin error says so, whatever it failed with before.
-            held.update(pod_backoff.held_back(now))
-            return held
-
-        def released(reason: str) -> None:
-            waiting.cluster_changed(reason, time.monotonic())
-
+    async with anyio.create_task_group() as group:
+        group.start_soon(pipeline.run, stop, shutdown_grace_s)
         try:
-            result = await schedule_cycle(
-                cache,
-                config,
-                registry,
-                binder,
-                reporter,
-                bind_concurrency=bind_concurrency,
-                bind_timeout_s=bind_timeout_s,
-                stop=stop,
-                shutdown_grace_s=shutdown_grace_s,
-                hold_back=hold_back,
-                on_released=released,
-            )
-        except PluginOpenError as error:
-            _log.error("scheduling cycle dropped: a plugin raised while opening the session", error=str(error))
-            if on_plugin_fault is not None:
-                on_plugin_fault(error.fault)
-        except Exception:  # one bad cycle (a bad config, a bug) must not stop scheduling
-            _log.exception("scheduling cycle failed")
-        else:
-            if not result.session.stopped:
-                now = time.monotonic()
-                pod_backoff.record(result.session, now)
-                record_unschedulable(waiting, result.session, now, changes_at_start)
-            if on_cycle is not None:
-                on_cycle(result)
-        cycles += 1
-        await _wait_for_next_cycle(stop, trigger, started, period_s, min_cycle_interval_s)
+            while not stop.is_set():
+                started = time.monotonic()
+                if trigger is not None:
+                    # Arrivals from now on are for the next cycle; this one's snapshot sees those.
+                    trigger.reset()
+                config = current_config()
+                if last_config is not None and config is not last_config:
+                    # Other plugins or arguments may place what the last ones could not.
+                    waiting.cluster_changed("scheduler configuration reloaded", started)
+                last_config = config
+                changes_at_start = waiting.changes
+                try:
+                    session, cycle = await _decide(
+                        cache, config, registry, pipeline, stop=stop, held_back=None, hold_back=hold_back, freeze=True
+                    )
+                except PluginOpenError as error:
+                    _log.error("scheduling cycle dropped: a plugin raised while opening the session", error=str(error))
+                    if on_plugin_fault is not None:
+                        on_plugin_fault(error.fault)
+                except Exception:  # one bad cycle (a bad config, a bug) must not stop scheduling
+                    _log.exception("scheduling cycle failed")
+                else:
+                    if not session.stopped:
+                        now = time.monotonic()
+                        pod_backoff.record(session, now)
+                        record_unschedulable(waiting, session, now, changes_at_start)
+                    group.start_soon(_finish_cycle, session, cycle, started, on_cycle)
+                cycles += 1
+                await _wait_for_next_cycle(stop, trigger, started, period_s, min_cycle_interval_s)
+        finally:
+            pipeline.close()
     return cycles
+
+
+async def _finish_cycle(
+    session: SessionResult, cycle: _CycleBinds, started: float, on_cycle: Callable[[CycleResult], None] | None
+) -> None:
+    await cycle.done.wait()
+    seconds = time.monotonic() - started
+    _log.debug(
+        "cycle done",
+        bound=sum(1 for outcome in cycle.outcomes.values() if outcome.status is BindStatus.BOUND),
+        unschedulable=len(session.unschedulable),
+        seconds=round(seconds, 4),
+    )
+    if on_cycle is not None:
+        on_cycle(CycleResult(session, cycle.outcomes, seconds))
