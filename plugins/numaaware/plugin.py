@@ -356,7 +356,7 @@ class NumaAwarePlugin:
                     f"pod {task.key}: annotation {POLICY_ANNOTATION}: {error}",
                     PLUGIN_NAME,
                 )
-            data = _PodData(policy, task_shape(task), {})
+            data = _PodData(policy, task_shape(task), {}, {})
             state.write(_POD_KEY, data)
         return data
 
@@ -445,14 +445,18 @@ class NumaAwarePlugin:
         topology = node.topology
         assert topology is not None
         state = self._node_state(node, topology)
-        shape = (policy, self._pod(task).shape)
+        pod = self._pod(task)
+        shape = pod.shape_ids.get(policy)
+        if shape is None:
+            # The pod's shape under this policy, as a small id: it is hashed per node from here on.
+            shape = pod.shape_ids[policy] = self.tables.shape_id((policy, pod.shape))
         outcome = state.outcomes.get(shape)
         if outcome is None:
             outcome = self._equivalent_outcome(task, node, topology, state, shape, policy)
         if isinstance(outcome, Status):
             return outcome
-        self._remember(
-            task, node.name, _Decision(outcome, state.free, topology, policy, (state.class_id, shape), node.generation)
+        pod.decided[node.name] = _Decision(
+            outcome, state.free, topology, policy, (state.class_id, shape), node.generation, outcome.numa.count()
         )
         return outcome
 
@@ -475,7 +479,7 @@ class NumaAwarePlugin:
         node: NodeInfo,
         topology: NumaTopology,
         state: _NodeState,
-        shape: Hashable,
+        shape: int,
         policy: TopologyPolicy,
     ) -> Placement | Admission | Status:
         """The admission of a node alike (same class), else computed here. A refusal is shared
@@ -524,7 +528,7 @@ class NumaAwarePlugin:
         """The scores of these candidate nodes (score_part per node, then combine_scores)."""
         return self.combine_scores(task, nodes, {node.name: self.score_part(task, node) for node in nodes})
 
-    def score_part(self, task: TaskInfo, node: NodeInfo) -> _Decision | None:
+    def score_part(self, task: TaskInfo, node: NodeInfo) -> _ScorePart | None:
         """What the score needs of one node: the task's admission there (None: the node has no
         topology or does not admit it). The engine memoises it per pod class and generation."""
         if node.topology is None:
@@ -533,7 +537,7 @@ class NumaAwarePlugin:
         if decision is None:
             self.admit(task, node)
             decision = self._recall(task, node.name)
-        return decision
+        return None if decision is None else _ScorePart(decision)
 
     def combine_scores(
         self, task: TaskInfo, nodes: Sequence[NodeInfo], parts: Mapping[str, object]
@@ -543,11 +547,11 @@ class NumaAwarePlugin:
         decided = self._pod(task).decided
         counts: dict[str, int] = {}
         for node_name, part in parts.items():
-            if isinstance(part, _Decision):
-                # The pod's own decisions, for on_allocate and link quality (memoised parts were
-                # decided for another pod of its class, on the node as it is now).
-                decided[node_name] = part
-                counts[node_name] = part.outcome.numa.count()
+            if isinstance(part, _ScorePart):
+                # The pod's own decisions, for on_allocate (memoised parts were decided for
+                # another pod of its class, on the node as it is now).
+                decided[node_name] = part.decision
+                counts[node_name] = part.decision.numa_count
         scores = normalized_scores(counts, self.weight)
         # Link quality can only reorder nodes within its own range of the best NUMA score, so the
         # device sets (a full placement each) are chosen on those nodes only.
@@ -560,25 +564,31 @@ class NumaAwarePlugin:
         qualities: dict[str, tuple[int, ...]] = {}
         for node_name, score in scores.items():
             node = by_name[node_name]
-            if score < best - reach or node.topology is None or not node.topology.links:
+            topology = node.topology
+            if score < best - reach or topology is None or not topology.links:
                 continue
-            resources = [name for name in linked if name in node.topology.devices]
-            quality = self._set_quality(task, node, resources) if resources else None
-            if quality is not None:
-                qualities[node_name] = quality
+            part = parts[node_name]
+            assert isinstance(part, _ScorePart)
+            if part.quality is _UNKNOWN_QUALITY:
+                resources = tuple(name for name in linked if name in topology.devices)
+                part.quality = self._set_quality(task, node, part.decision, resources) if resources else None
+            if part.quality is not None:
+                assert isinstance(part.quality, tuple)
+                qualities[node_name] = part.quality
         for node_name, bonus in link_scores(qualities, self.weight).items():
             scores[node_name] = scores.get(node_name, 0.0) + bonus
         return scores
 
-    def _set_quality(self, task: TaskInfo, node: NodeInfo, resources: Sequence[str]) -> tuple[int, ...] | None:
+    def _set_quality(
+        self, task: TaskInfo, node: NodeInfo, decision: _Decision, resources: tuple[str, ...]
+    ) -> tuple[int, int, int] | None:
         """Link quality of the device sets this node would give the task (device_sets.set_quality,
         summed over its device resources); the full placement is kept for on_allocate."""
         topology = node.topology
-        decision = self._recall(task, node.name)
-        if topology is None or decision is None:
+        if topology is None:
             return None
         # The ids chosen, and so their quality, are the same on every node of the class.
-        memo_key = (*decision.equivalence, tuple(resources))
+        memo_key = (*decision.equivalence, resources)
         if memo_key in self._qualities and decision.generation == node.generation:
             return self._qualities[memo_key]
         quality = self._computed_quality(task, node, topology, decision, resources)
@@ -698,14 +708,15 @@ class AdmissionTables:
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, Hashable], int] = {}
+        self._shape_ids: dict[Hashable, int] = {}
         self._fingerprint_ids: dict[TopologyFingerprint, int] = {}
         self._next_id = 0
         self.admissions: dict[str, _NodeState] = {}
-        self.equivalent: dict[tuple[int, Hashable], _Shared] = {}
+        self.equivalent: dict[tuple[int, int], _Shared] = {}
         # The ids chosen for an Admission, per class and shape: valid on any node of the class.
-        self.completed: dict[tuple[int, Hashable], Placement] = {}
+        self.completed: dict[tuple[int, int], Placement] = {}
         # Link quality of the device sets chosen per class, shape and device resources.
-        self.qualities: dict[tuple[int, Hashable, tuple[str, ...]], tuple[int, int, int] | None] = {}
+        self.qualities: dict[tuple[int, int, tuple[str, ...]], tuple[int, int, int] | None] = {}
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -721,9 +732,16 @@ class AdmissionTables:
             found = self._ids[key] = self._new_id()
         return found
 
+    def shape_id(self, shape: Hashable) -> int:
+        found = self._shape_ids.get(shape)
+        if found is None:
+            found = self._shape_ids[shape] = self._new_id()
+        return found
+
     def trim(self) -> None:
-        if len(self._ids) > self.MAX_CLASSES or len(self._fingerprint_ids) > self.MAX_CLASSES:
+        if len(self._ids) + len(self._shape_ids) > self.MAX_CLASSES or len(self._fingerprint_ids) > self.MAX_CLASSES:
             self._ids.clear()
+            self._shape_ids.clear()
             self._fingerprint_ids.clear()
             self.equivalent.clear()
             self.completed.clear()
@@ -764,7 +782,7 @@ class _NodeState:
     free: FreeResources
     # Nodes of equal topology content and free resources share a class within the session.
     class_id: int
-    outcomes: dict[Hashable, Placement | Admission | Status] = attrs.field(factory=dict)
+    outcomes: dict[int, Placement | Admission | Status] = attrs.field(factory=dict)
 
 
 @attrs.frozen(slots=True)
@@ -785,9 +803,26 @@ class _Decision:
     topology: NumaTopology
     policy: TopologyPolicy
     # The node's equivalence class and the pod's shape (with the policy) it was decided for.
-    equivalence: tuple[int, Hashable]
+    equivalence: tuple[int, int]
     # The node's generation when it was decided.
     generation: int
+    # How many NUMA nodes the outcome spans.
+    numa_count: int
+
+
+# Link quality not computed yet.
+_UNKNOWN_QUALITY = object()
+
+
+class _ScorePart:
+    """numa-aware's score part for one node (memoised by the engine per pod class and node
+    generation): the admission, and the link quality of its device set once computed."""
+
+    __slots__ = ("decision", "quality")
+
+    def __init__(self, decision: _Decision) -> None:
+        self.decision = decision
+        self.quality: object = _UNKNOWN_QUALITY
 
 
 # CycleState keys of this plugin.
@@ -803,6 +838,8 @@ class _PodData:
     policy: TopologyPolicy | Status | None
     shape: Hashable
     decided: dict[str, _Decision]
+    # Per policy it is admitted under, the id of (policy, shape) in AdmissionTables.
+    shape_ids: dict[TopologyPolicy, int]
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
