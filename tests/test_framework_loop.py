@@ -207,9 +207,11 @@ async def test_run_loop_repeats_reads_config_each_cycle_and_stops() -> None:
             stop=stop,
             on_cycle=on_cycle,
         )
-    assert cycles == 3
-    assert len(configs_read) == 3
-    assert [len(result.session.bind_requests) for result in results] == [1, 0, 0]
+    # on_cycle hears of a cycle once its binds are done; the next may have started by then.
+    assert cycles >= 3
+    assert len(configs_read) == cycles
+    # In the order their binds finished: the one that bound "a" may come after an empty one.
+    assert sorted(len(result.session.bind_requests) for result in results) == [0] * (len(results) - 1) + [1]
 
 
 @pytest.mark.anyio
@@ -234,7 +236,9 @@ async def test_run_loop_survives_a_failing_cycle() -> None:
             stop=stop,
             on_cycle=lambda result: stop.set(),
         )
-    assert cycles == 2
+    # The good cycle came after a failed one and bound; on_cycle heard of it once its bind was
+    # done, by when a further (failing) cycle may have started.
+    assert cycles >= 2
     assert cache.assumed == {"a": "n0"}
 
 
@@ -288,7 +292,8 @@ async def test_a_plugin_raising_while_opening_drops_that_cycle_only_and_is_repor
             on_cycle=lambda result: stop.set(),
             on_plugin_fault=faults.append,
         )
-    assert cycles == 3
+    # The third cycle bound "a"; on_cycle heard of it once the bind was done (a fourth may have begun).
+    assert cycles >= 3
     assert [(f.plugin, f.extension_point, f.error) for f in faults] == [
         ("broken", "onSessionOpen", "KeyError: 'state not ready'")
     ] * 2
