@@ -6,14 +6,74 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from test_framework_loop import CONFIG, FakeBinder, FakeCache, FakeReporter
 
-from numasched.cache.binder import BindOutcome, BindStatus
+from numasched.api.allocation import PodAllocation
+from numasched.api.job import JobInfo
+from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
+from numasched.api.snapshot import ClusterSnapshot
+from numasched.api.task import TaskInfo
+from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
+from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.loop import CycleResult, CycleTrigger, run_loop
 from numasched.scheduler.loop_unschedulable import BackoffPolicy, RequeuePolicy, UnschedulablePods
 
+GPU = "nvidia.com/gpu"
 NO_ROOM = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+CONFIG = SchedulerConfig(actions=("enqueue", "allocate", "backfill"), tiers=(Tier((PluginOption("gang"),)),))
+
+
+class FakeCache:
+    """One 8-GPU node; each task its own job; assumed tasks leave the snapshot."""
+
+    def __init__(self, tasks: list[tuple[str, int]]) -> None:
+        self.tasks = tasks
+        self.assumed: dict[str, str] = {}
+
+    def snapshot(self) -> ClusterSnapshot:
+        snapshot = ClusterSnapshot()
+        snapshot.nodes["n0"] = NodeInfo.create("n0", Resource(milli_cpu=64000, memory=1e12, scalars={GPU: 8000}))
+        for uid, gpus in self.tasks:
+            if uid in self.assumed:
+                continue
+            request = Resource(milli_cpu=1000, memory=1e9, scalars={GPU: gpus * 1000.0})
+            job = JobInfo(uid=uid, namespace="ns", name=uid)
+            job.add_task(
+                TaskInfo(uid=uid, namespace="ns", name=uid, job_id=uid, resreq=request, init_resreq=request.clone())
+            )
+            snapshot.jobs[uid] = job
+        return snapshot
+
+    def assume(self, task_uid: str, node_name: str, allocation: PodAllocation | None) -> None:
+        self.assumed[task_uid] = node_name
+
+    def forget(self, task_uid: str) -> None:
+        self.assumed.pop(task_uid, None)
+
+
+class FakeBinder:
+    def __init__(self, outcomes: dict[str, BindOutcome] | None = None) -> None:
+        self.outcomes = outcomes or {}
+
+    async def bind(self, request: BindRequest) -> BindOutcome:
+        await anyio.sleep(0.005)
+        return self.outcomes.get(request.task.uid, BindOutcome(BindStatus.BOUND))
+
+
+class FakeReporter:
+    def __init__(self) -> None:
+        self.placed: list[tuple[str, str]] = []
+        self.unplaced: list[tuple[str, str]] = []
+
+    async def scheduled(self, task: TaskInfo, node_name: str) -> None:
+        self.placed.append((task.uid, node_name))
+
+    async def unschedulable(self, task: TaskInfo, message: str) -> None:
+        self.unplaced.append((task.uid, message))
+
+    async def job_status(self, job: JobInfo, phase: str, message: str) -> None:
+        return None
 
 
 @pytest.fixture
