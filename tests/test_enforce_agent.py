@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -280,7 +281,7 @@ def test_restores_only_its_own_writes(tmp_path: Path) -> None:
     other_uid = "6a9c7d0f-7cf6-66c7-dd8c-556bc8bbf97c"
     other = make_cgroup(hierarchy, f"kubepods/burstable/pod{other_uid}/{SECOND}")
     agent, metrics = enforcer(tmp_path / "cgroup")
-    pods = [
+    pods: list[Mapping[str, Any]] = [
         pod(allocation=decision("2-5", numa=[0])),
         pod(uid=other_uid, name="other", containers={"app": SECOND}, allocation=decision("8-9", numa=[1])),
     ]
