@@ -8,13 +8,22 @@ Two scenarios, each on a fresh server with `--nodes` nodes (half 8-GPU 2-NUMA ma
 - burst: `--pods` pods created at once; time from the first creation to the first binding the
   server receives, and to the last (every pod bound);
 - stream: pods created at `--rate` per second for `--seconds`; per pod, creation to binding as
-  the server sees it (p50, p99, max).
+  the server sees it (p50, p99, max);
+- both: the burst, then the stream, each on a fresh server and scheduler.
+
+`--unfit N` adds N pods that fit no node (each asks for more CPUs than any node has) before the
+clock starts: they are decided and reported once, then wait among the unschedulable pods, so the
+cycles the new pods start do not decide them again (what they would cost shows with
+`--pod-max-unschedulable 1ms`, which sends them back to every cycle once their backoff is over).
 
 Times are taken by the server process (creation when it stores the pod, binding when it commits
 the Binding), on one clock. The scheduler process reports its peak RSS.
 
     .venv/bin/python hack/bench_api.py --scenario burst --nodes 1000 --pods 5000
     .venv/bin/python hack/bench_api.py --scenario stream --nodes 1000 --rate 100 --seconds 30
+    .venv/bin/python hack/bench_api.py --scenario both --nodes 1000 --unfit 200
+
+Each summary line carries the command that reproduces it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import resource
+import shlex
 import sys
 import tempfile
 import time
@@ -44,6 +54,7 @@ from kubernetes_asyncio import client  # noqa: E402
 from numasched.cache.kube.informer import InformerTiming  # noqa: E402
 from numasched.cache.machine_shapes import machine_objects  # noqa: E402
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT  # noqa: E402
+from numasched.scheduler.loop_unschedulable import DEFAULT_FLUSH_AFTER_S  # noqa: E402
 from numasched.scheduler.runner import RunOptions, SchedulerRunner  # noqa: E402
 
 MACHINES = REPO / "tests" / "fixtures" / "machines"
@@ -59,8 +70,8 @@ class TimedServer(KubeApiServer):  # type: ignore[misc]
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
 
-    def add_pod(self, name: str) -> None:
-        resources = {"cpu": "1", "memory": "1Gi"}
+    def add_pod(self, name: str, cpus: int = 1) -> None:
+        resources = {"cpu": str(cpus), "memory": "1Gi"}
         self.created[name] = time.time()
         self.add(
             {
@@ -113,6 +124,9 @@ async def serve(connection: multiprocessing.connection.Connection, arguments: di
         deadline = time.monotonic() + 120
         while not lease_held(server) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        # More CPUs than any machine has: reported unschedulable, never bound.
+        for index in range(arguments["unfit"]):
+            server.add_pod(f"unfit-{index:05d}", cpus=100_000)
         # The leader lists everything once it leads; let that settle before the clock starts.
         await asyncio.sleep(arguments["settle"])
         names: list[str] = []
@@ -167,8 +181,10 @@ def summarise(
         "pods": len(created),
         "bound": len(bound),
         "binds_received": report["binds"],
+        "unfit": arguments["unfit"],
         "schedule_period_s": arguments["period"],
         "bind_concurrency": arguments["bind_concurrency"],
+        "pod_max_unschedulable_s": arguments["pod_max_unschedulable"],
         "scheduler_peak_rss_mib": round(peak_rss_kib / 1024, 1),
         "scheduler_cpu_s": round(cpu_s, 2),
         "cycles": cycles,
@@ -189,7 +205,13 @@ def summarise(
     return summary
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def run_scheduler(arguments: dict[str, Any]) -> dict[str, Any]:
+    cpu_at_start = cpu_seconds()
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     process = context.Process(target=server_process, args=(theirs, arguments), daemon=True)
@@ -205,6 +227,7 @@ async def run_scheduler(arguments: dict[str, Any]) -> dict[str, Any]:
                 lease_namespace=LEASE_NAMESPACE,
                 identity="bench-api",
                 bind_concurrency=arguments["bind_concurrency"],
+                max_unschedulable=arguments["pod_max_unschedulable"],
                 informer_timing=InformerTiming(request_timeout=30.0, watch_timeout=300),
             )
             async with client.ApiClient(client.Configuration(host=url)) as api_client:
@@ -219,19 +242,27 @@ async def run_scheduler(arguments: dict[str, Any]) -> dict[str, Any]:
         process.join(timeout=10)
         if process.is_alive():
             process.terminate()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return summarise(arguments, report, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, runner.cycles)
+    # The peak is the process's: with --scenario both, the stream's includes the burst's.
+    peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return summarise(arguments, report, peak_rss_kib, cpu_seconds() - cpu_at_start, runner.cycles)
 
 
 def parse_arguments(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=("burst", "stream"), required=True)
+    parser.add_argument("--scenario", choices=("burst", "stream", "both"), required=True)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=5000, help="burst: pods created at once")
     parser.add_argument("--rate", type=float, default=100.0, help="stream: pods created per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="stream: how long pods keep coming")
     parser.add_argument("--period", type=float, default=1.0, help="the scheduler's --schedule-period")
     parser.add_argument("--bind-concurrency", type=int, default=16)
+    parser.add_argument("--unfit", type=int, default=0, help="pods that fit no node, created before the clock starts")
+    parser.add_argument(
+        "--pod-max-unschedulable",
+        type=float,
+        default=DEFAULT_FLUSH_AFTER_S,
+        help="the scheduler's --pod-max-unschedulable, in seconds",
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="seconds between leading and the first pod")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for every pod to be bound")
     parser.add_argument("--verbose", action="store_true", help="keep the scheduler's info logs")
@@ -239,16 +270,33 @@ def parse_arguments(argv: list[str] | None = None) -> dict[str, Any]:
     return vars(parser.parse_args(argv))
 
 
+def command_line(arguments: dict[str, Any]) -> str:
+    """The command that runs this scenario again, every option that matters to it spelled out."""
+    names = ["scenario", "nodes"]
+    names += ["pods"] if arguments["scenario"] == "burst" else ["rate", "seconds"]
+    names += ["unfit", "period", "bind_concurrency", "pod_max_unschedulable", "settle", "timeout"]
+    words = [".venv/bin/python", "hack/bench_api.py"]
+    for name in names:
+        value = arguments[name]
+        words += [f"--{name.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join(words)
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     if not arguments["verbose"]:
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
-    summary = anyio.run(run_scheduler, arguments)
-    text = json.dumps(summary, sort_keys=True)
-    print(text)
+    scenarios = ("burst", "stream") if arguments["scenario"] == "both" else (arguments["scenario"],)
+    summaries = []
+    for scenario in scenarios:
+        one = {**arguments, "scenario": scenario}
+        summary = anyio.run(run_scheduler, one)
+        summary["command"] = command_line(one)
+        summaries.append(summary)
+        print(json.dumps(summary, sort_keys=True), flush=True)
     if arguments["json"] is not None:
-        arguments["json"].write_text(text + "\n")
-    return 0 if summary["bound"] == summary["pods"] else 1
+        arguments["json"].write_text("".join(json.dumps(summary, sort_keys=True) + "\n" for summary in summaries))
+    return 0 if all(summary["bound"] == summary["pods"] for summary in summaries) else 1
 
 
 if __name__ == "__main__":
