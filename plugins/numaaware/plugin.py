@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import json
+import pickle
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -192,32 +193,15 @@ def task_shape(task: TaskInfo) -> Hashable:
     )
 
 
-def _content(value: Any) -> Hashable:
-    """A hashable value equal for equal content: attrs objects by class and fields, mappings and
-    sequences in their order (an order that differs may change what admission iterates first,
-    so it makes a different fingerprint)."""
-    if value is None or isinstance(value, (str, int, float, enum.Enum, IdSet)):
-        return value
-    if attrs.has(type(value)):
-        fields = attrs.fields(type(value))
-        return (type(value).__qualname__, *(_content(getattr(value, field.name)) for field in fields))
-    if isinstance(value, Mapping):
-        return ("map", *((_content(key), _content(item)) for key, item in value.items()))
-    if isinstance(value, (frozenset, set)):
-        return frozenset(_content(item) for item in value)
-    if isinstance(value, (tuple, list)):
-        return ("seq", *(_content(item) for item in value))
-    if isinstance(value, Hashable):
-        return (type(value).__qualname__, value)
-    raise TypeError(f"topology value of type {type(value).__qualname__} has no content fingerprint")
+def topology_fingerprint(topology: NumaTopology) -> bytes:
+    """Every field of the topology but the node's name, as bytes: two nodes with equal
+    fingerprints and equal free resources admit a pod alike, with the same ids.
 
-
-def topology_fingerprint(topology: NumaTopology) -> Hashable:
-    """Every field of the topology but the node's name: two nodes with equal fingerprints and
-    equal free resources admit a pod alike, with the same ids."""
-    return tuple(
-        _content(getattr(topology, field.name)) for field in attrs.fields(NumaTopology) if field.name != "node_name"
-    )
+    Pickled, since equal bytes unpickle to equal objects (mappings and sequences in their order:
+    an order that differs may change what admission iterates first). Two equal topologies may
+    still pickle apart (pickle records an object met twice once), which only keeps them from
+    sharing admissions; a node's fingerprint is built once per topology object (TopologyMemo)."""
+    return pickle.dumps(attrs.evolve(topology, node_name=""), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def free_key(free: FreeResources) -> Hashable:
@@ -756,7 +740,7 @@ class TopologyFingerprint:
 
     __slots__ = ("_hash", "content")
 
-    def __init__(self, content: Hashable) -> None:
+    def __init__(self, content: bytes) -> None:
         self.content = content
         self._hash = hash(content)
 
