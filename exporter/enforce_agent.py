@@ -24,7 +24,7 @@ import attrs
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from numasched.api.allocation import ContainerAllocation
+from numasched.api.allocation import ContainerAllocation, PodAllocation
 from numasched.api.idset import IdSet
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.exporter.enforce_cgroup import (
@@ -217,41 +217,19 @@ class Enforcer:
     ) -> tuple[list[PodUsage], list[Mismatch]]:
         """What the node did for every decided container: the pods' observed holdings (to publish)
         and the mismatches not reported before (each counted here, once)."""
+        known = _KnownUse(
+            cpus=usage.source in ("podresources", "checkpoint"),
+            devices=usage.source == "podresources" or usage.devices_known,
+        )
         observed: list[PodUsage] = []
         found: list[Mismatch] = []
-        cpus_known = usage.source in ("podresources", "checkpoint")
-        devices_known = usage.source == "podresources" or usage.devices_known
         for pod in self.pods.values():
             if pod.allocation is None:
                 continue
-            plan = plan_pod(pod, static_cpu_manager, numa_of_cpu)
-            reported = _usage_of(usage.pods, pod)
-            decisions = {container.name: container for container in pod.allocation.containers}
-            holdings: list[ContainerAllocation] = []
-            for target in plan.targets:
-                read = self._read_back(target)
-                seen = reported.get(target.container)
-                observation = Observation(
-                    cpus=read.cpus if read is not None else None,
-                    mems=read.mems if read is not None else None,
-                    devices=seen.devices if seen is not None else ({} if devices_known else None),
-                )
-                found += compare(pod, decisions[target.container], target.mems, observation)
-                if read is not None and (held := pinned_cpus(read.cpus, node_cpus)):
-                    holdings.append(ContainerAllocation(target.container, cpuset=held))
-            pinned_by_agent = {target.container for target in plan.targets}
-            running = {container.name for container in pod.containers if container.container_id is not None}
-            for name in sorted(running - pinned_by_agent):
-                decision = decisions.get(name)
-                if decision is None:
-                    continue
-                seen = reported.get(name)
-                kubelet_pins = name in plan.kubelet_pinned
-                observation = Observation(
-                    cpus=(seen.cpuset if seen is not None else IdSet()) if kubelet_pins and cpus_known else None,
-                    devices=seen.devices if seen is not None else ({} if devices_known else None),
-                )
-                found += compare(pod, decision, None, observation)
+            holdings, mismatches = self._observe_pod(
+                pod, pod.allocation, usage, known, node_cpus, static_cpu_manager, numa_of_cpu
+            )
+            found += mismatches
             if holdings:
                 observed.append(PodUsage(pod.namespace, pod.name, pod.uid, tuple(holdings)))
         fresh = [mismatch for mismatch in found if mismatch.key not in self.reported]
@@ -269,6 +247,51 @@ class Enforcer:
             )
         self._forget_departed()
         return observed, fresh
+
+    def _observe_pod(
+        self,
+        pod: PodView,
+        allocation: PodAllocation,
+        usage: NodeUsage,
+        known: _KnownUse,
+        node_cpus: IdSet,
+        static_cpu_manager: bool,
+        numa_of_cpu: Mapping[int, int],
+    ) -> tuple[list[ContainerAllocation], list[Mismatch]]:
+        """One decided pod: the CPUs its agent-pinned containers hold, and where it differs."""
+        plan = plan_pod(pod, static_cpu_manager, numa_of_cpu)
+        reported = _usage_of(usage.pods, pod)
+        decisions = {container.name: container for container in allocation.containers}
+
+        def devices_of(name: str) -> Mapping[str, tuple[str, ...]] | None:
+            seen = reported.get(name)
+            return seen.devices if seen is not None else ({} if known.devices else None)
+
+        holdings: list[ContainerAllocation] = []
+        found: list[Mismatch] = []
+        for target in plan.targets:
+            read = self._read_back(target)
+            observation = Observation(
+                cpus=read.cpus if read is not None else None,
+                mems=read.mems if read is not None else None,
+                devices=devices_of(target.container),
+            )
+            found += compare(pod, decisions[target.container], target.mems, observation)
+            if read is not None and (held := pinned_cpus(read.cpus, node_cpus)):
+                holdings.append(ContainerAllocation(target.container, cpuset=held))
+        # The rest of the running decided containers: the kubelet's pinned ones (CPUs per
+        # PodResources) and those without a decided cpuset (devices only).
+        pinned_by_agent = {target.container for target in plan.targets}
+        running = {container.name for container in pod.containers if container.container_id is not None}
+        for name in sorted((running - pinned_by_agent) & decisions.keys()):
+            seen = reported.get(name)
+            kubelet_cpus = seen.cpuset if seen is not None else IdSet()
+            observation = Observation(
+                cpus=kubelet_cpus if name in plan.kubelet_pinned and known.cpus else None,
+                devices=devices_of(name),
+            )
+            found += compare(pod, decisions[name], None, observation)
+        return holdings, found
 
     def _forget_departed(self) -> None:
         """Drop what is remembered about pods and containers that are gone (bounded memory)."""
@@ -289,6 +312,14 @@ class Enforcer:
         except CgroupError as error:
             self._failed("reading a container's cpuset failed", str(target.container_id), error, pod=target.pod.key)
             return None
+
+
+@attrs.frozen(slots=True)
+class _KnownUse:
+    """Which holdings the kubelet's report (PodResources or checkpoints) says anything about."""
+
+    cpus: bool
+    devices: bool
 
 
 @attrs.frozen(slots=True)
