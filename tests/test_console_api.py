@@ -1,6 +1,6 @@
 """The numa-aware policy API and the console's access control, end to end: `numasched run` (the
 real runner, informers, ConfigMap watch and metrics server) against the test API server, which
-answers TokenReview and SubjectAccessReview (kubeapi_reviews.py)."""
+answers TokenReview and SubjectAccessReview (kubeapi_server.AccessReviews)."""
 
 from __future__ import annotations
 

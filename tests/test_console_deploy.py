@@ -114,7 +114,7 @@ def metric_names(expr: str) -> set[str]:
 
 
 def label_names(expr: str) -> set[str]:
-    labels = set()
+    labels: set[str] = set()
     for group in _GROUPING.findall(expr):
         labels.update(part.strip() for part in group.split(",") if part.strip())
     for block in _LABEL_MATCHERS.findall(_STRINGS.sub('""', expr)):

@@ -78,9 +78,9 @@ def decisions(example: Example) -> dict[str, tuple[str, dict[str, str]]]:
 
 def test_every_pinned_cpu_and_allocated_device_names_the_pod_whose_annotation_holds_it(example: Example) -> None:
     expected: dict[tuple[str, str], str] = {}
-    for pod, (node, held) in decisions(example).items():
+    for pod, (node_name, held) in decisions(example).items():
         for item in held:
-            expected[(node, item)] = pod
+            expected[(node_name, item)] = pod
     assert expected, "the example binds pods with allocations"
     shown: dict[tuple[str, str], str] = {}
     for node in example.view.nodes:
