@@ -414,3 +414,42 @@ def test_a_cgroup_without_the_cpuset_controller_is_a_failure_of_its_own(tmp_path
     agent.enforce(False, NUMA_OF_CPU)
     assert sorted(path.name for path in bare.iterdir()) == []  # nothing created
     assert sample(metrics, "numasched_enforce_failures_total", reason="no-cpuset-controller") == 1
+
+
+def test_the_ack_single_numa_node_gpu_pod_is_pinned_and_checked(tmp_path: Path) -> None:
+    """ACK's example: 4 GPUs and 24 CPUs on one NUMA node (a Burstable pod on a node whose kubelet
+    runs cpuManagerPolicy none), decided on NUMA node 1 of a 2-socket, 96-thread machine."""
+    numa_of_cpu = {cpu: (cpu // 24) % 2 for cpu in range(96)}  # 0-23,48-71 node 0; 24-47,72-95 node 1
+    hierarchy = make_root(tmp_path / "cgroup", "v1")
+    target = make_cgroup(hierarchy, LAYOUTS[("systemd", "containerd", "Burstable")], cpus="0-95", mems="0-1")
+    gpus = ["GPU-4", "GPU-5", "GPU-6", "GPU-7"]
+    agent, metrics = enforcer(tmp_path / "cgroup")
+    allocation = {"containers": {"app": {"cpuset": "24-35,72-83", "devices": {"nvidia.com/gpu": gpus}}}}
+    agent.replace("Pod", [pod(name="train", cpu="24", allocation=allocation)])
+    agent.enforce(static_cpu_manager=False, numa_of_cpu=numa_of_cpu)
+    assert cpuset(target) == ("24-35,72-83", "1")
+    given = NodeUsage(
+        source="podresources",
+        pods=(
+            PodUsage(
+                namespace="default",
+                name="train",
+                containers=(
+                    ContainerAllocation("app", devices={"nvidia.com/gpu": ("GPU-0", "GPU-5", "GPU-6", "GPU-7")}),
+                ),
+            ),
+        ),
+    )
+    observed, mismatches = agent.observe(given, IdSet(range(96)), False, numa_of_cpu)
+    assert [(m.resource, m.predicted, m.observed) for m in mismatches] == [
+        ("nvidia.com/gpu", "GPU-4,GPU-5,GPU-6,GPU-7", "GPU-0,GPU-5,GPU-6,GPU-7")
+    ]
+    assert sample(metrics, "numasched_decision_mismatch_total", resource="nvidia.com/gpu") == 1
+    published = with_observed(given, observed)
+    (entry,) = published.pods
+    (container,) = entry.containers
+    assert (entry.uid, container.cpuset.format(), container.devices["nvidia.com/gpu"][0]) == (
+        UID,
+        "24-35,72-83",
+        "GPU-0",
+    )
