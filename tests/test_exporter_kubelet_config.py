@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import structlog
+import yaml
 
 from numasched.api.idset import IdSet
-from numasched.api.topology import CpuInfo, CpuManagerPolicy, TopologyPolicy, TopologyScope
+from numasched.api.topology import RESERVED_CPUS_POLICY, CpuInfo, CpuManagerPolicy, TopologyPolicy, TopologyScope
+from numasched.cache.convert_topology import numatopology_to_topology
+from numasched.cache.machine_shapes import machine_objects
 from numasched.exporter.kubelet_config import (
     format_options,
     parse_kubelet_config,
@@ -79,3 +83,20 @@ def test_bad_values_fall_back_with_a_log_line(tmp_path: Path) -> None:
     assert missing.policies.cpu_manager_policy == CpuManagerPolicy.NONE
     (tmp_path / "bad.yaml").write_text("cpuManagerPolicy: [unclosed\n")
     assert read_kubelet_config(tmp_path / "bad.yaml").source == ""
+
+
+def _machines() -> list[Path]:
+    return sorted((Path(__file__).parent / "fixtures" / "machines").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", _machines(), ids=lambda path: path.stem)
+def test_reserved_cpus_agree_with_what_the_scheduler_reads_from_the_count(path: Path) -> None:
+    # The exporter publishes the CPUs it derives from kube/system-reserved as ReservedSystemCPUs;
+    # a reader given only resReserved.cpu derives them itself, as the kubelet's takeByTopology
+    # does (tests/test_cpu_assignment_reference.py). Both must name the same CPUs for every count.
+    _, numatopology = machine_objects(yaml.safe_load(path.read_text()), "n")
+    del numatopology["spec"]["policies"][RESERVED_CPUS_POLICY]
+    cpus = numatopology_to_topology(numatopology).cpus
+    for count in sorted({1, 2, 3, 4, 5, 7, 8, 9, len(cpus) // 2, len(cpus) - 1, len(cpus)}):
+        numatopology["spec"]["resReserved"] = {"cpu": str(count)}
+        assert take_whole_cores(cpus, count) == numatopology_to_topology(numatopology).reserved_cpus, count
