@@ -223,21 +223,44 @@ def choose_victims(
     gang: bool,
 ) -> Choice | None:
     """The node needing the fewest victims (then the first by name), and those victims."""
+    # A node with room already (pods terminating there, or room a rolled-back gang left) needs
+    # no victim: the best choice.
+    for node in nodes:
+        if could_fit(preemptor, node, ()) and VictimSearch(ssn, preemptor, node).fits(()):
+            return Choice(node, ())
     order = functools.cmp_to_key(victim_order(ssn))
     best: Choice | None = None
     for node in nodes:
         candidates = [task for task in node.tasks.values() if candidate(task)]
-        allowed = vote(preemptor, candidates) if candidates else []
+        # The bound first with every candidate, then with those the plugins let go.
+        if not candidates or not could_fit(preemptor, node, candidates):
+            continue
+        allowed = vote(preemptor, candidates)
+        if not allowed or not could_fit(preemptor, node, allowed):
+            continue
         units = units_for(ssn, sorted(allowed, key=order), gang=gang, vote=vote, evictor=preemptor)
         found = VictimSearch(ssn, preemptor, node).smallest(units)
-        if found is None:
+        if not found:
+            # None: no room even with every victim gone; (): fits without one, seen above.
             continue
         choice = Choice(node, found)
         if best is None or len(choice.victims) < len(best.victims):
             best = choice
-        if not found:
+        if len(best.victims) <= 1:
+            # No node needs none (checked above): one victim cannot be beaten.
             break
     return best
+
+
+def could_fit(preemptor: TaskInfo, node: NodeInfo, allowed: Sequence[TaskInfo]) -> bool:
+    """A cheap bound before any node copy: the preemptor's request within what the node would
+    have free with every allowed victim and every releasing pod gone."""
+    if not allowed:
+        return not preemptor.init_resreq.insufficient_after(node.idle, node.releasing, node.pipelined)
+    freed = Resource().add(node.releasing)
+    for task in allowed:
+        freed.add(task.resreq)
+    return not preemptor.init_resreq.insufficient_after(node.idle, freed, node.pipelined)
 
 
 def preemptor_jobs(ssn: Session) -> dict[str, list[JobInfo]]:
