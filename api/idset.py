@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from bitarray import frozenbitarray
 from bitarray.util import zeros
 
+from numasched.api.quantity import quoted
+
 # A set costs one bit per id up to its largest, so ids are bounded before anything is allocated:
 # an id of 2**40 in a topology object must be a cheap error, not a MemoryError.
 MAX_ID = (1 << 16) - 1
@@ -63,16 +65,16 @@ class IdSet:
         for part in stripped.split(","):
             item = part.strip()
             if not item:
-                raise IdSetError(f"invalid list {_shown(text)}: empty element")
+                raise IdSetError(f"invalid list {quoted(text)}: empty element")
             low_text, dash, high_text = item.partition("-")
             if not _NUMBER.fullmatch(low_text) or (dash and not _NUMBER.fullmatch(high_text)):
-                raise IdSetError(f"invalid list {_shown(text)}: {_shown(item)} is not a number or range")
+                raise IdSetError(f"invalid list {quoted(text)}: {quoted(item)} is not a number or range")
             low = int(low_text)
             high = int(high_text) if dash else low
             if high < low:
-                raise IdSetError(f"invalid list {_shown(text)}: bad range {_shown(item)}")
+                raise IdSetError(f"invalid list {quoted(text)}: bad range {quoted(item)}")
             if high > limit:
-                raise IdSetError(f"invalid list {_shown(text)}: id {high} is too large (at most {limit})")
+                raise IdSetError(f"invalid list {quoted(text)}: id {high} is too large (at most {limit})")
             ids.extend(range(low, high + 1))
         return cls(ids)
 
@@ -146,8 +148,3 @@ class IdSet:
 
     def sorted(self) -> list[int]:
         return list(self)
-
-
-def _shown(text: str, limit: int = 40) -> str:
-    """text quoted for an error message, cut short: a bad list may be megabytes long."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"

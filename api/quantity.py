@@ -58,6 +58,13 @@ def shown(value: object, limit: int = 40) -> str:
     return _cut(repr(value), limit)
 
 
+def quoted(value: object, limit: int = 40) -> str:
+    """A key or string from an object, quoted for a message and cut short with its length said (a
+    bad list may be megabytes long); any other value is quoted as its repr."""
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
 def repr_of_container(value: dict[object, object] | list[object]) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{shown(key, 20)}: {shown(item, 20)}" for key, item in value.items()) + "}"

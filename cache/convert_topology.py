@@ -56,7 +56,7 @@ from numasched.api.idset import IdSet, IdSetError
 from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
 from numasched.api.numamask import MAX_NUMA_ID
 from numasched.api.pod_fingerprint import ATTRIBUTE as NRT_PODS_FINGERPRINT
-from numasched.api.quantity import QuantityError, parse_quantity
+from numasched.api.quantity import QuantityError, parse_quantity, quoted
 from numasched.api.resource import GPU_RESOURCE, is_memory_resource
 from numasched.api.topology import (
     MAX_ALLOWABLE_NUMA_NODES,
@@ -125,12 +125,6 @@ _QUANTITY_EXPONENT = re.compile(r"[eE]([+-]?[0-9]+)$")
 _MAX_QUANTITY_TEXT = 64
 
 
-def _shown(value: object, limit: int = 40) -> str:
-    """A key or value for an error message, quoted and cut short."""
-    text = value if isinstance(value, str) else repr(value)
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
-
-
 def _fail(name: str, message: str) -> ConversionError:
     return ConversionError(NUMATOPOLOGY, name, message)
 
@@ -164,7 +158,7 @@ def _string(value: Any, fail: Callable[[str], ConversionError], field: str) -> s
 def _integer(value: Any, fail: Callable[[str], ConversionError], field: str, limit: int) -> int:
     """A JSON integer in 0..limit (booleans and floats are not integers)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise fail(f"{field}: expected an integer, got {_shown(value)}")
+        raise fail(f"{field}: expected an integer, got {quoted(value)}")
     if value < 0:
         raise fail(f"{field}: negative value {value}")
     if value > limit:
@@ -175,7 +169,7 @@ def _integer(value: Any, fail: Callable[[str], ConversionError], field: str, lim
 def _id_key(key: Any, fail: Callable[[str], ConversionError], field: str, limit: int) -> int:
     """A map key that is a decimal id ("12"): ASCII digits only, at most limit."""
     if not isinstance(key, str) or not _DIGITS.fullmatch(key):
-        raise fail(f"{field}: key {_shown(key)} is not a decimal id")
+        raise fail(f"{field}: key {quoted(key)} is not a decimal id")
     value = int(key)
     if value > limit:
         raise fail(f"{field}: id {value} is too large (at most {limit})")
@@ -187,15 +181,15 @@ def _quantity(value: Any, fail: Callable[[str], ConversionError], field: str) ->
     if isinstance(value, str):
         exponent = _QUANTITY_EXPONENT.search(value.strip())
         if len(value) > _MAX_QUANTITY_TEXT or (exponent and abs(int(exponent.group(1))) > 30):
-            raise fail(f"{field}: quantity {_shown(value)} is out of range")
+            raise fail(f"{field}: quantity {quoted(value)} is out of range")
     elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > 1 << 63:
-        raise fail(f"{field}: quantity {_shown(value)} is out of range")
+        raise fail(f"{field}: quantity {quoted(value)} is out of range")
     try:
         return parse_quantity(value)
     except QuantityError as error:
         raise fail(f"{field}: {error}") from None
     except (ValueError, OverflowError):
-        raise fail(f"{field}: quantity {_shown(value)} is out of range") from None
+        raise fail(f"{field}: quantity {quoted(value)} is out of range") from None
 
 
 def _count(value: Any, fail: Callable[[str], ConversionError], field: str, limit: int) -> int:
@@ -203,7 +197,7 @@ def _count(value: Any, fail: Callable[[str], ConversionError], field: str, limit
     (a fraction of a CPU cannot be held exclusively)."""
     quantity = _quantity(value, fail, field)
     if quantity < 0:
-        raise fail(f"{field}: negative quantity {_shown(value)}")
+        raise fail(f"{field}: negative quantity {quoted(value)}")
     whole = math.floor(quantity)
     if whole > limit:
         raise fail(f"{field}: {whole} is too many (at most {limit})")
@@ -213,14 +207,14 @@ def _count(value: Any, fail: Callable[[str], ConversionError], field: str, limit
 def _bytes(value: Any, fail: Callable[[str], ConversionError], field: str) -> int:
     quantity = _quantity(value, fail, field)
     if quantity < 0:
-        raise fail(f"{field}: negative quantity {_shown(value)}")
+        raise fail(f"{field}: negative quantity {quoted(value)}")
     return math.ceil(quantity)
 
 
 def _cpuset(text: Any, fail: Callable[[str], ConversionError], field: str, known: IdSet) -> IdSet:
     """A cpuset string whose CPUs all exist in the topology."""
     if not isinstance(text, str):
-        raise fail(f"{field}: expected a cpuset string, got {_shown(text)}")
+        raise fail(f"{field}: expected a cpuset string, got {quoted(text)}")
     try:
         cpus = IdSet.parse(text, max_id=MAX_CPU_ID)
     except IdSetError as error:
@@ -239,7 +233,7 @@ def _options(text: Any, fail: Callable[[str], ConversionError], field: str) -> d
     if isinstance(text, Mapping):
         options = {}
         for key, value in text.items():
-            options[_string(key, fail, f"{field} key")] = _string(value, fail, f"{field}[{_shown(key)}]")
+            options[_string(key, fail, f"{field} key")] = _string(value, fail, f"{field}[{quoted(key)}]")
         return options
     result: dict[str, str] = {}
     for item in _string(text if text is not None else "", fail, field).split(","):
@@ -272,7 +266,7 @@ def _enum_value(
             if raw == member.value:
                 return member
     valid = ", ".join(member.value for member in enum_type)
-    raise fail(f"{field}: unknown value {_shown(raw)} (valid: {valid})")
+    raise fail(f"{field}: unknown value {quoted(raw)} (valid: {valid})")
 
 
 def policies_from_map(raw: Mapping[str, Any], name: str) -> KubeletPolicies:
@@ -379,7 +373,7 @@ def _memory_detail(spec: Mapping[str, Any], name: str) -> dict[str, dict[int, in
         field = f"spec.MemoryDetail[{numa}]"
         memory_map = _object(_object(entry, fail, field).get("memoryMap"), fail, f"{field}.memoryMap")
         for resource, table in memory_map.items():
-            here = f"{field}.memoryMap[{_shown(resource)}]"
+            here = f"{field}.memoryMap[{quoted(resource)}]"
             values = _object(table, fail, here)
             value = values.get("allocatable", values.get("total", 0))
             result.setdefault(str(resource), {})[numa] = _integer(value, fail, f"{here}.allocatable", 1 << 62)
@@ -397,7 +391,7 @@ def _gpu_detail(spec: Mapping[str, Any], name: str) -> tuple[DeviceInfo, ...] | 
         raise fail(f"spec.gpuDetail: {len(raw)} GPUs (at most {MAX_DEVICES_PER_RESOURCE})")
     gpus = []
     for gpu_id, entry in raw.items():
-        field = f"spec.gpuDetail[{_shown(gpu_id)}]"
+        field = f"spec.gpuDetail[{quoted(gpu_id)}]"
         if not isinstance(gpu_id, str) or not gpu_id:
             raise fail(f"{field}: GPU ids must be non-empty strings")
         numa = _integer(_object(entry, fail, field).get("numa", 0), fail, f"{field}.numa", MAX_NUMA_ID)
@@ -419,7 +413,7 @@ def _numares(spec: Mapping[str, Any], name: str) -> dict[str, tuple[str, int | N
     raw = _object(spec.get("numares"), fail, "spec.numares")
     result: dict[str, tuple[str, int | None]] = {}
     for resource, entry in raw.items():
-        field = f"spec.numares[{_shown(resource)}]"
+        field = f"spec.numares[{quoted(resource)}]"
         if not isinstance(resource, str) or not resource:
             raise fail(f"{field}: resource names must be non-empty strings")
         info = _object(entry, fail, field)
@@ -447,14 +441,14 @@ def _device_list(
     for raw_item in items:
         item = raw_item.strip()
         if not item:
-            raise fail(f"{field}: {_shown(text)} has an empty element")
+            raise fail(f"{field}: {quoted(text)} has an empty element")
         span = _DEVICE_RANGE.fullmatch(item)
         if span is None or (known is not None and item in known):
             ids.append(item)
             continue
         low, high = int(span.group(1)), int(span.group(2))
         if high < low or high - low >= MAX_DEVICES_PER_RESOURCE:
-            raise fail(f"{field}: bad range {_shown(item)}")
+            raise fail(f"{field}: bad range {quoted(item)}")
         ids.extend(str(number) for number in range(low, high + 1))
         if len(ids) > MAX_DEVICES_PER_RESOURCE:
             raise fail(f"{field}: more than {MAX_DEVICES_PER_RESOURCE} ids")
@@ -466,7 +460,7 @@ def _device_ids(text: str, group: DeviceGroup, fail: Callable[[str], ConversionE
     ids = _device_list(text, fail, field, group.by_id)
     missing = [device_id for device_id in ids if device_id not in group.by_id]
     if missing:
-        shown = ", ".join(_shown(device_id) for device_id in missing[:8])
+        shown = ", ".join(quoted(device_id) for device_id in missing[:8])
         raise fail(f"{field}: {shown} {'is not a device' if len(missing) == 1 else 'are not devices'} of this node")
     return frozenset(ids)
 
@@ -501,12 +495,12 @@ def _reserved_cpus(
         return _cpuset(exact, fail, f"spec.policies.{RESERVED_CPUS_POLICY}", all_cpus)
     reserved_raw = _object(spec.get("resReserved"), fail, "spec.resReserved")
     for key, value in reserved_raw.items():
-        _string(value, fail, f"spec.resReserved[{_shown(key)}]")
+        _string(value, fail, f"spec.resReserved[{quoted(key)}]")
     if "cpu" not in reserved_raw:
         return IdSet()
     quantity = _quantity(reserved_raw["cpu"], fail, "spec.resReserved.cpu")
     if quantity < 0:
-        raise fail(f"spec.resReserved.cpu: negative quantity {_shown(reserved_raw['cpu'])}")
+        raise fail(f"spec.resReserved.cpu: negative quantity {quoted(reserved_raw['cpu'])}")
     count = math.ceil(quantity)
     if count == 0:
         return IdSet()
@@ -609,13 +603,13 @@ def numatopology_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str],
         devices = {GPU_RESOURCE: DeviceGroup(GPU_RESOURCE, gpus)} if gpus is not None else {}
     for resource, (text, capacity) in numares.items():
         if _is_device(resource) and resource not in devices:
-            field = f"spec.numares[{_shown(resource)}].allocatable"
+            field = f"spec.numares[{quoted(resource)}].allocatable"
             devices[resource] = _unreported_devices(resource, text, capacity, fail, field)
 
     available_cpus: IdSet | None = None
     available_devices: dict[str, frozenset[str]] = {}
     for resource, (text, capacity) in numares.items():
-        field = f"spec.numares[{_shown(resource)}]"
+        field = f"spec.numares[{quoted(resource)}]"
         if resource == "cpu":
             if capacity and capacity != len(cpus):
                 raise fail(f"{field}.capacity: {capacity} CPUs but cpuDetail lists {len(cpus)}")
@@ -706,13 +700,13 @@ def _check_known_ids(
     for container in allocation.containers:
         unknown = container.cpuset - topology.all_cpus
         if unknown:
-            raise fail(f"{field}: container {_shown(container.name)}: CPUs {unknown.format()} are not on this node")
+            raise fail(f"{field}: container {quoted(container.name)}: CPUs {unknown.format()} are not on this node")
         for resource, ids in container.devices.items():
             group = topology.devices.get(resource)
             missing = [device for device in ids if group is not None and device not in group.by_id]
             if missing:
                 raise fail(
-                    f"{field}: container {_shown(container.name)}: {resource} {', '.join(missing[:8])} "
+                    f"{field}: container {quoted(container.name)}: {resource} {', '.join(missing[:8])} "
                     "are not devices of this node"
                 )
 
@@ -740,7 +734,7 @@ def _volcano_pod_allocations(
             container_name = _string(container.get("name", ""), fail, f"{here}.name")
             cpuset = IdSet()
             for resource, value in _object(container.get("allocations"), fail, f"{here}.allocations").items():
-                where = f"{here}.allocations[{_shown(resource)}]"
+                where = f"{here}.allocations[{quoted(resource)}]"
                 if resource == "cpu":
                     cpuset = cpuset | _cpuset(value, fail, where, known_cpus if known_cpus is not None else _ANY_CPU)
                 else:
@@ -766,10 +760,10 @@ def _keyed_pod_allocations(
     """{"<ns>/<name>": {"uid": ..., "containers": {...}}}: our annotation, and the legacy map form."""
     try:
         for pod in pod_allocations_from_mapping(raw):
-            _check_known_ids(pod.allocation, topology, fail, f"{field}[{_shown(pod.key)}]")
+            _check_known_ids(pod.allocation, topology, fail, f"{field}[{quoted(pod.key)}]")
             builder.add((pod.uid, pod.key), pod.allocation)
     except PodAllocationsError as error:
-        raise fail(f"{field}[{_shown(error.key)}]{error.field}: {error.message}") from None
+        raise fail(f"{field}[{quoted(error.key)}]{error.field}: {error.message}") from None
 
 
 def pod_allocation_report(
@@ -808,7 +802,7 @@ def pod_allocation_report(
         try:
             document = json.loads(_string(text, fail, field))
         except (ValueError, RecursionError) as error:
-            raise fail(f"{field}: not JSON: {_shown(str(error), 120)}") from None
+            raise fail(f"{field}: not JSON: {quoted(str(error), 120)}") from None
         if not isinstance(document, Mapping):
             raise fail(f"{field}: expected a JSON object of namespace/name -> allocation")
         _keyed_pod_allocations(document, builder, topology, fail, field)
@@ -852,7 +846,7 @@ def _nrt_policies(
         for index, value in enumerate(legacy):
             if not isinstance(value, str) or value not in NRT_POLICIES:
                 valid = ", ".join(NRT_POLICIES)
-                raise fail(f"topologyPolicies[{index}]: unknown policy {_shown(value)} (valid: {valid})")
+                raise fail(f"topologyPolicies[{index}]: unknown policy {quoted(value)} (valid: {valid})")
         if legacy:
             # Publishers write one value; scheduler-plugins reads the first and ignores the rest.
             policy, scope = NRT_POLICIES[legacy[0]]
@@ -894,7 +888,7 @@ def _zone_numa_id(zone_name: str, fail: Callable[[str], ConversionError], field:
     """node-<id> (the API's numanode.NameToID); "numa-node-<id>" as scheduler-plugins' examples name it."""
     digits = zone_name.rsplit("-", 1)[-1] if "-" in zone_name else ""
     if not _DIGITS.fullmatch(digits) or int(digits) > MAX_NUMA_ID:
-        raise fail(f"{field}: zone {_shown(zone_name)}: expected a name like node-0 (NUMA ids 0-{MAX_NUMA_ID})")
+        raise fail(f"{field}: zone {quoted(zone_name)}: expected a name like node-0 (NUMA ids 0-{MAX_NUMA_ID})")
     return int(digits)
 
 
@@ -930,7 +924,7 @@ def nrt_to_topology(obj: Mapping[str, Any], on_warning: Callable[[str], None] | 
 
     api_version = obj.get("apiVersion")
     if api_version is not None and api_version not in NRT_API_VERSIONS:
-        raise fail(f"apiVersion: {_shown(api_version)} is not one of {', '.join(NRT_API_VERSIONS)}")
+        raise fail(f"apiVersion: {quoted(api_version)} is not one of {', '.join(NRT_API_VERSIONS)}")
     attributes = _nrt_attributes(obj.get("attributes"), fail)
     fingerprint = attributes.get(NRT_PODS_FINGERPRINT) or None
     zones = obj.get("zones")
