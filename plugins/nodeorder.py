@@ -276,6 +276,9 @@ class NodeOrderPlugin:
 
     def batch_score(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         weight = self.weights.taint_toleration
+        if not any(node.taints for node in nodes):
+            # No candidate has a taint: every one scores the top (reverse_normalized of zeros).
+            return dict.fromkeys((node.name for node in nodes), float(MAX_NODE_SCORE * weight))
         return {name: float(score * weight) for name, score in taint_toleration_scores(task, nodes).items()}
 
     def equivalence_key(self, task: TaskInfo) -> Hashable:

@@ -8,6 +8,9 @@ import random
 from collections import Counter
 from collections.abc import Hashable
 
+import pytest
+
+import numasched.scheduler.actions.allocate as allocate_action
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
 from numasched.api.resource import Resource
@@ -214,3 +217,32 @@ def test_placements_with_the_memo_are_those_computed_afresh() -> None:
     # answering from the memo.
     for seed in range(30):
         assert _placements(True, seed) == _placements(False, seed)
+
+
+def test_a_class_that_fits_nowhere_asks_only_the_changed_nodes_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    ask = allocate_action._failures_on
+
+    def counted(ssn: Session, task: TaskInfo, node: NodeInfo, *rest: object) -> object:
+        asked.append(node.name)
+        return ask(ssn, task, node, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(allocate_action, "_failures_on", counted)
+    colour = ColourPredicate(declares=True)
+    nodes = [node(i, gpus=1) for i in range(6)]
+    ssn = session(nodes, registry_with(colour), config("colour"), EquivalenceMemo())
+    greedy = task("a", gpus=2)  # no node has 2 GPUs
+    assert feasible_nodes(ssn, greedy, nodes, check_resources=True, nodes_to_find=3) == []
+    message = ssn.fit_error_message(greedy)
+    assert message == "0/6 nodes are available: 6 Insufficient nvidia.com/gpu."
+    assert len(asked) == 6
+    assert feasible_nodes(ssn, task("b", gpus=2), nodes, check_resources=True, nodes_to_find=3) == []
+    assert len(asked) == 6
+    assert ssn.fit_error_message(task("b", gpus=2)) == message
+    assert ssn.node_scan_offset == 0
+    # A node that grows room is asked again, and the pod goes there.
+    grown = Resource(milli_cpu=64000, memory=512e9, scalars={GPU: 4000.0})
+    nodes[4].allocatable, nodes[4].idle = grown, grown.clone()
+    nodes[4].touch()
+    assert [n.name for n in feasible_nodes(ssn, task("c", gpus=2), nodes, check_resources=True)] == ["n004"]
+    assert asked[6:7] == ["n004"]

@@ -14,7 +14,7 @@ checked against every node, so its "0/N nodes are available" message counts them
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -159,6 +159,13 @@ def feasible_nodes(
     Answers come from the session's equivalence memo where the task's class has one for the
     node's generation (framework/equivalence.py); they are the answers the checks would give.
     """
+    class_key = ssn.equivalence_class(task)
+    memo = ssn.memo
+    answers: ClassAnswers | None = None
+    if memo is not None and class_key is not None:
+        answers = memo.answers((check_resources, class_key))
+        if _still_fits_nowhere(ssn, task, nodes, check_resources, (check_resources, class_key), answers):
+            return []
     total = len(nodes)
     sampled = nodes_to_find is not None and nodes_to_find < total
     start = ssn.node_scan_offset % total if sampled and total else 0
@@ -169,11 +176,6 @@ def feasible_nodes(
     visited = 0
     # One Status per missing resource, shared by the nodes that lack it (Status is frozen).
     insufficient: dict[str, Status] = {}
-    class_key = ssn.equivalence_class(task)
-    memo = ssn.memo
-    answers: ClassAnswers | None = None
-    if memo is not None and class_key is not None:
-        answers = memo.answers((check_resources, class_key))
     for node in order:
         visited += 1
         known = answers.get(node.name) if answers is not None else None
@@ -200,14 +202,82 @@ def feasible_nodes(
         ssn.node_scan_offset = (start + visited) % total
     if failures:
         ssn.record_fit_errors(task, failures)
+    if (
+        answers is not None
+        and not passing
+        and visited == total
+        and all(_shareable(ssn, task, failed) for failed in failures.values())
+    ):
+        ssn.failed_scans[(check_resources, class_key)] = _FailedScan(
+            nodes, [node.generation for node in nodes], failures
+        )
     return passing
+
+
+class _FailedScan:
+    """A scan of every node that found none for a pod class: the nodes as they were then (their
+    generations) and why each failed."""
+
+    __slots__ = ("failures", "generations", "nodes")
+
+    def __init__(self, nodes: Sequence[NodeInfo], generations: list[int], failures: dict[str, Sequence[Status]]):
+        self.nodes = nodes
+        self.generations = generations
+        self.failures = failures
+
+
+def _still_fits_nowhere(
+    ssn: Session,
+    task: TaskInfo,
+    nodes: Sequence[NodeInfo],
+    check_resources: bool,
+    key: Hashable,
+    answers: ClassAnswers,
+) -> bool:
+    """Whether a pod of a class that fitted on no node still fits on none: only the nodes changed
+    since are asked again. When it holds, the failures are recorded as a full scan records them
+    (a scan that finds nothing visits every node and leaves the scan offset where it was)."""
+    failed = ssn.failed_scans.get(key)
+    if failed is None or failed.nodes is not nodes:
+        return False
+    generations = failed.generations
+    changed = [index for index, node in enumerate(nodes) if node.generation != generations[index]]
+    failures = failed.failures
+    if changed:
+        failures = dict(failures)
+        generations = list(generations)
+        insufficient: dict[str, Status] = {}
+        for index in changed:
+            node = nodes[index]
+            known = answers.get(node.name)
+            if known is not None and known[GENERATION] == node.generation and known[FAILURES] is not _UNASKED:
+                now = known[FAILURES]
+            else:
+                now = _failures_on(ssn, task, node, check_resources, insufficient)
+                if ssn.fault_of(task) is not None:
+                    return False
+                if not _shareable(ssn, task, now):
+                    return False
+                if known is not None and known[GENERATION] == node.generation:
+                    known[FAILURES] = now
+                else:
+                    answers[node.name] = [node.generation, now, None]
+            if now is None:
+                # It fits there now: the scan decides where.
+                return False
+            assert isinstance(now, tuple)
+            failures[node.name] = now
+            generations[index] = node.generation
+        ssn.failed_scans[key] = _FailedScan(nodes, generations, failures)
+    ssn.record_fit_errors(task, failures)
+    return True
 
 
 # A node whose predicates were not asked yet for the class (only its score is known).
 _UNASKED = object()
 
 
-def _shareable(ssn: Session, task: TaskInfo, failed: tuple[Status, ...] | None) -> bool:
+def _shareable(ssn: Session, task: TaskInfo, failed: Sequence[Status] | None) -> bool:
     """Whether an answer may serve the other pods of the task's class: not when a plugin raised
     (the fault is this task's), nor when a reason names this pod."""
     if failed is None:

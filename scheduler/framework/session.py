@@ -211,6 +211,9 @@ class Session:
         # The memo of predicate and score answers per equivalence class (set by the allocate
         # action, which keeps it across sessions); None: every answer is computed.
         self.memo: EquivalenceMemo | None = None
+        # Per pod class (and kind of scan), its last scan of every node if it found none; the
+        # allocate action asks only the nodes changed since (actions/allocate.py).
+        self.failed_scans: dict[Hashable, Any] = {}
         # Per task uid, its equivalence class this session (None: not memoised).
         self._classes: dict[str, Hashable | None] = {}
         # Plugins that answer per node and declare what of a pod they read; None until asked.
@@ -488,6 +491,10 @@ class Session:
         try:
             for name, fn in self._in_order("nodeOrder", self._batch_node_order_fns):
                 scores = self._memoised_parts(name, fn, task, nodes) if isinstance(fn, ScoreParts) else fn(task, nodes)
+                if not totals:
+                    # 0.0 + score is score: the first plugin's scores are the totals so far.
+                    totals = dict(scores)
+                    continue
                 for node_name, score in scores.items():
                     totals[node_name] = totals.get(node_name, 0.0) + score
         except Exception as error:
