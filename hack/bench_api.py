@@ -13,8 +13,9 @@ Two scenarios, each on a fresh server with `--nodes` nodes (half 8-GPU 2-NUMA ma
 
 `--unfit N` adds N pods that fit no node (each asks for more CPUs than any node has) before the
 clock starts: they are decided and reported once, then wait among the unschedulable pods, so the
-cycles the new pods start do not decide them again (what they would cost shows with
-`--pod-max-unschedulable 1ms`, which sends them back to every cycle once their backoff is over).
+cycles the new pods start do not decide them again. What they cost without that shows with
+`--pod-max-unschedulable 0.001 --pod-initial-backoff 0.001 --pod-max-backoff 0.001`: every cycle
+decides them again, as every cycle did before.
 
 Times are taken by the server process (creation when it stores the pod, binding when it commits
 the Binding), on one clock. The scheduler process reports its peak RSS.
@@ -54,7 +55,7 @@ from kubernetes_asyncio import client  # noqa: E402
 from numasched.cache.kube.informer import InformerTiming  # noqa: E402
 from numasched.cache.machine_shapes import machine_objects  # noqa: E402
 from numasched.conf.defaults import DEFAULT_CONFIG_TEXT  # noqa: E402
-from numasched.scheduler.loop_unschedulable import DEFAULT_FLUSH_AFTER_S  # noqa: E402
+from numasched.scheduler.loop_unschedulable import DEFAULT_BACKOFF, DEFAULT_FLUSH_AFTER_S, BackoffPolicy  # noqa: E402
 from numasched.scheduler.runner import RunOptions, SchedulerRunner  # noqa: E402
 
 MACHINES = REPO / "tests" / "fixtures" / "machines"
@@ -108,6 +109,12 @@ def lease_held(server: TimedServer) -> bool:
     return lease is not None and bool(lease.get("spec", {}).get("holderIdentity"))
 
 
+def reported_unschedulable(server: TimedServer, name: str) -> bool:
+    pod = server.get("v1", "Pod", name, "default") or {}
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile (the smallest value with at least `fraction` of them at or below)."""
     ordered = sorted(values)
@@ -125,8 +132,13 @@ async def serve(connection: multiprocessing.connection.Connection, arguments: di
         while not lease_held(server) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         # More CPUs than any machine has: reported unschedulable, never bound.
-        for index in range(arguments["unfit"]):
-            server.add_pod(f"unfit-{index:05d}", cpus=100_000)
+        unfit = [f"unfit-{index:05d}" for index in range(arguments["unfit"])]
+        for name in unfit:
+            server.add_pod(name, cpus=100_000)
+        # The clock starts once every one of them was decided (and reported) at least once.
+        deadline = time.monotonic() + arguments["timeout"]
+        while not all(reported_unschedulable(server, name) for name in unfit) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         # The leader lists everything once it leads; let that settle before the clock starts.
         await asyncio.sleep(arguments["settle"])
         names: list[str] = []
@@ -185,6 +197,7 @@ def summarise(
         "schedule_period_s": arguments["period"],
         "bind_concurrency": arguments["bind_concurrency"],
         "pod_max_unschedulable_s": arguments["pod_max_unschedulable"],
+        "pod_backoff_s": [arguments["pod_initial_backoff"], arguments["pod_max_backoff"]],
         "scheduler_peak_rss_mib": round(peak_rss_kib / 1024, 1),
         "scheduler_cpu_s": round(cpu_s, 2),
         "cycles": cycles,
@@ -228,6 +241,7 @@ async def run_scheduler(arguments: dict[str, Any]) -> dict[str, Any]:
                 identity="bench-api",
                 bind_concurrency=arguments["bind_concurrency"],
                 max_unschedulable=arguments["pod_max_unschedulable"],
+                pod_backoff=BackoffPolicy(arguments["pod_initial_backoff"], arguments["pod_max_backoff"]),
                 informer_timing=InformerTiming(request_timeout=30.0, watch_timeout=300),
             )
             async with client.ApiClient(client.Configuration(host=url)) as api_client:
@@ -263,6 +277,8 @@ def parse_arguments(argv: list[str] | None = None) -> dict[str, Any]:
         default=DEFAULT_FLUSH_AFTER_S,
         help="the scheduler's --pod-max-unschedulable, in seconds",
     )
+    parser.add_argument("--pod-initial-backoff", type=float, default=DEFAULT_BACKOFF.initial_s, help="seconds")
+    parser.add_argument("--pod-max-backoff", type=float, default=DEFAULT_BACKOFF.max_s, help="seconds")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds between leading and the first pod")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for every pod to be bound")
     parser.add_argument("--verbose", action="store_true", help="keep the scheduler's info logs")
@@ -274,7 +290,8 @@ def command_line(arguments: dict[str, Any]) -> str:
     """The command that runs this scenario again, every option that matters to it spelled out."""
     names = ["scenario", "nodes"]
     names += ["pods"] if arguments["scenario"] == "burst" else ["rate", "seconds"]
-    names += ["unfit", "period", "bind_concurrency", "pod_max_unschedulable", "settle", "timeout"]
+    names += ["unfit", "period", "bind_concurrency", "pod_max_unschedulable", "pod_initial_backoff", "pod_max_backoff"]
+    names += ["settle", "timeout"]
     words = [".venv/bin/python", "hack/bench_api.py"]
     for name in names:
         value = arguments[name]
