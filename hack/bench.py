@@ -232,16 +232,16 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def scale_table(results: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| config | N nodes | M pods | submitted | bound | pending | pods/s | decision p50 ms | decision p99 ms "
-        "| decisions | cycles | cycle mean s | cycle max s | peak RSS MiB | finished |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| config | N nodes | M pods | submitted | bound | pending | pods/s | pods/CPU-s | decision p50 ms "
+        "| decision p99 ms | decisions | cycles | cycle mean s | cycle max s | peak RSS MiB | finished |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for result in results:
         spec = result["spec"]
         if spec["mix"] != "balanced":
             continue
         if "error" in result:
-            lines.append(f"| {spec['config']} | {spec['nodes']:,} | {spec['pods']:,} | {result['error']} |" + " |" * 11)
+            lines.append(f"| {spec['config']} | {spec['nodes']:,} | {spec['pods']:,} | {result['error']} |" + " |" * 12)
             continue
         lines.append(
             "| "
@@ -254,6 +254,7 @@ def scale_table(results: list[dict[str, Any]]) -> list[str]:
                     _fmt(result["bound"]),
                     _fmt(result["pending"]),
                     _fmt(result["pods_per_s"]),
+                    _fmt(result.get("pods_per_cpu_s", 0.0)),
                     _fmt(result["decision_p50_ms"], 2),
                     _fmt(result["decision_p99_ms"], 2),
                     _fmt(result["decisions"]),
@@ -354,6 +355,11 @@ def targets_lines(results: list[dict[str, Any]]) -> list[str]:
         run = at_target[0]
         checks = [
             (f"pods/s >= {TARGETS['pods_per_s']:,.0f}", run["pods_per_s"] >= TARGETS["pods_per_s"], run["pods_per_s"]),
+            (
+                f"pods per CPU-second (one core, whatever else runs) >= {TARGETS['pods_per_s']:,.0f}",
+                run.get("pods_per_cpu_s", 0.0) >= TARGETS["pods_per_s"],
+                run.get("pods_per_cpu_s", 0.0),
+            ),
             (
                 f"p99 decision < {TARGETS['p99_ms']:g} ms",
                 run["decision_p99_ms"] < TARGETS["p99_ms"],
