@@ -12,15 +12,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import grpc
 import pytest
 import yaml
 from conftest import load_hack_module
 from kubeapi_server import KubeApiServer
+from kubernetes_asyncio import client
+from kubernetes_asyncio.config import load_kube_config
+from prometheus_client import CollectorRegistry
 
+from numasched.api.idset import IdSet
+from numasched.cache.kube.informer import Informer, InformerTiming
 from numasched.cli import build_parser
 from numasched.cli_exit_codes import EXIT_INPUT
-from numasched.exporter.enforce_command import run_agent
+from numasched.exporter.enforce_agent import EnforceMetrics, Enforcer
+from numasched.exporter.enforce_command import NodeFacts, pin_until_next_period, run_agent
 
 api_pb2: Any = importlib.import_module("numasched.exporter.podresources.v1.api_pb2")
 api_pb2_grpc: Any = importlib.import_module("numasched.exporter.podresources.v1.api_pb2_grpc")
@@ -172,3 +179,54 @@ async def test_the_agent_refuses_a_missing_cgroup_mount(tmp_path: Path, capsys: 
     args = agent_args(tmp_path, tmp_path / "no-kubeconfig", tmp_path / "nowhere")
     assert await run_agent(args) == EXIT_INPUT
     assert "--cgroup-root" in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+async def test_a_container_start_is_pinned_before_the_period_ends(tmp_path: Path) -> None:
+    """The watch, not the period: a pod whose container starts is pinned within a fraction of a
+    second while the agent waits out a 60 s period."""
+    cgroup_root = tmp_path / "cgroup"
+    cgroup_root.mkdir()
+    (cgroup_root / "cgroup.controllers").write_text("cpuset\n")
+    waiting = pod("web", WEB_UID, WEB_ID, "Burstable", "2", {"cpuset": "4-5", "numa": [0]})
+    waiting["status"]["containerStatuses"] = [{"name": "main", "state": {"waiting": {}}}]
+    async with KubeApiServer() as server:
+        config = tmp_path / "kubeconfig"
+        config.write_text(yaml.safe_dump(server.kubeconfig()))
+        configuration = client.Configuration()
+        await load_kube_config(config_file=str(config), client_configuration=configuration)
+        server.add(waiting)
+        async with client.ApiClient(configuration) as api_client:
+            enforcer = Enforcer(NODE, cgroup_root, EnforceMetrics(CollectorRegistry()))
+            informer = Informer(
+                "Pod",
+                "v1",
+                client.CoreV1Api(api_client).list_pod_for_all_namespaces,
+                enforcer,
+                field_selector=f"spec.nodeName={NODE}",
+                timing=InformerTiming(request_timeout=5.0),
+            )
+            facts = NodeFacts(static_cpu_manager=False, numa_of_cpu={4: 0, 5: 0}, cpus=IdSet(range(8)))
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(informer.run)
+                with anyio.fail_after(5):
+                    await informer.synced.wait()
+                tasks.start_soon(pin_until_next_period, enforcer, facts, 60.0)
+                # The runtime creates the container's cgroup, then the kubelet reports it running.
+                web = cgroup(
+                    cgroup_root,
+                    "kubepods.slice/kubepods-burstable.slice/"
+                    "kubepods-burstable-pod1b4e28ba_2fa1_11d2_883f_0016d3cca427.slice/"
+                    f"cri-containerd-{WEB_ID}.scope",
+                )
+                running = pod("web", WEB_UID, WEB_ID, "Burstable", "2", {"cpuset": "4-5", "numa": [0]})
+                response = await client.CoreV1Api(api_client).replace_namespaced_pod_status(
+                    "web", "prod", running, _preload_content=False
+                )
+                assert response.status == 200
+                response.release()
+                with anyio.fail_after(5):
+                    while (web / "cpuset.cpus").read_text() != "4-5":
+                        await anyio.sleep(0.02)
+                tasks.cancel_scope.cancel()
+        assert (web / "cpuset.mems").read_text() == "0"
