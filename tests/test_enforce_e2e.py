@@ -220,9 +220,8 @@ async def test_a_container_start_is_pinned_before_the_period_ends(tmp_path: Path
                     f"cri-containerd-{WEB_ID}.scope",
                 )
                 running = pod("web", WEB_UID, WEB_ID, "Burstable", "2", {"cpuset": "4-5", "numa": [0]})
-                response = await client.CoreV1Api(api_client).replace_namespaced_pod_status(
-                    "web", "prod", running, _preload_content=False
-                )
+                core: Any = client.CoreV1Api(api_client)  # raw mode: a dict body, a raw response
+                response = await core.replace_namespaced_pod_status("web", "prod", running, _preload_content=False)
                 assert response.status == 200
                 response.release()
                 with anyio.fail_after(5):
