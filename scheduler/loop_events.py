@@ -55,7 +55,12 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _fingerprint(*parts: Any) -> int:
     # Sorted JSON: two versions that say the same give the same text whatever their key order.
-    return hash(json.dumps(parts, sort_keys=True, default=str))
+    try:
+        return hash(json.dumps(parts, sort_keys=True, default=str))
+    except (TypeError, ValueError, RecursionError):
+        # Keys that do not sort together (an int beside a str, from YAML), or absurd nesting:
+        # the text as it comes. At worst an unchanged object counts as changed (a retry too many).
+        return hash(repr(parts))
 
 
 def node_fingerprint(obj: Mapping[str, Any]) -> int:
