@@ -20,7 +20,7 @@ from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.scheduler.actions.allocate import AllocateAction, feasible_nodes
 from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.framework.arguments import Arguments
-from numasched.scheduler.framework.equivalence import MAX_CLASSES, EquivalenceMemo
+from numasched.scheduler.framework.equivalence import IDLE_SESSIONS, MAX_CLASSES, EquivalenceMemo
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
@@ -246,3 +246,16 @@ def test_a_class_that_fits_nowhere_asks_only_the_changed_nodes_again(monkeypatch
     nodes[4].touch()
     assert [n.name for n in feasible_nodes(ssn, task("c", gpus=2), nodes, check_resources=True)] == ["n004"]
     assert asked[6:7] == ["n004"]
+
+
+def test_a_class_idle_for_several_sessions_is_dropped() -> None:
+    memo = EquivalenceMemo()
+    conf = object()
+    memo.bind(conf)
+    kept, idle = memo.answers("kept"), memo.answers("idle")
+    kept["n"] = idle["n"] = [1, None, None]
+    for _ in range(IDLE_SESSIONS + 1):
+        memo.bind(conf)
+        assert memo.answers("kept") is kept
+    assert len(memo) == 1
+    assert memo.answers("idle") == {}

@@ -24,6 +24,9 @@ NodeAnswers = list[object]
 GENERATION, FAILURES, SCORE = 0, 1, 2
 # How many classes are kept; the least recently used goes first.
 MAX_CLASSES = 1024
+# A class no session asked for in this many sessions is dropped: its answers are for node states
+# long gone, and each holds an entry per node.
+IDLE_SESSIONS = 8
 
 ClassAnswers = dict[str, NodeAnswers]
 
@@ -31,17 +34,27 @@ ClassAnswers = dict[str, NodeAnswers]
 class EquivalenceMemo:
     """Per class, per node name, the answers at one generation."""
 
-    __slots__ = ("_classes", "_config")
+    __slots__ = ("_classes", "_config", "_last_used", "_session")
 
     def __init__(self) -> None:
         self._classes: dict[Hashable, ClassAnswers] = {}
+        self._last_used: dict[Hashable, int] = {}
         self._config: object = None
+        self._session = 0
 
     def bind(self, config: object) -> None:
-        """Use the memo for sessions of this configuration; another one starts it empty."""
+        """Start a session of this configuration: another configuration starts the memo empty;
+        classes idle for IDLE_SESSIONS sessions are dropped."""
+        self._session += 1
         if config is not self._config:
             self._classes.clear()
+            self._last_used.clear()
             self._config = config
+            return
+        oldest = self._session - IDLE_SESSIONS
+        for class_key in [key for key, used in self._last_used.items() if used < oldest]:
+            del self._last_used[class_key]
+            self._classes.pop(class_key, None)
 
     def answers(self, class_key: Hashable) -> ClassAnswers:
         classes = self._classes
@@ -49,9 +62,12 @@ class EquivalenceMemo:
         if found is None:
             found = {}
             if len(classes) >= MAX_CLASSES:
-                del classes[next(iter(classes))]
+                dropped = next(iter(classes))
+                del classes[dropped]
+                self._last_used.pop(dropped, None)
         # Re-inserted last: the dict's order is the order of use.
         classes[class_key] = found
+        self._last_used[class_key] = self._session
         return found
 
     def __len__(self) -> int:
