@@ -261,3 +261,26 @@ def test_small_run_measures_decisions_and_restores_the_scheduler(hack: None, tmp
     assert percentile([], 0.5) == 0.0
     assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 0.99) == 99.0
+
+
+def test_phase_breakdown_accounts_the_cycle(hack: None, capsys: pytest.CaptureFixture[str]) -> None:
+    phases = hack_module("bench_phases")
+    try:
+        assert phases.main(["--nodes", "8"]) == 0
+    finally:
+        sys.modules.pop("bench_phases", None)
+    lines = capsys.readouterr().out.splitlines()
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2:-1]
+        for line in lines
+        if line.startswith("| ") and "---" not in line
+    }
+    cycle = float(rows["cycle"][0])
+    assert cycle > 0
+    parts = ["snapshot", "session open", "job order", "predicate scan (feasible_nodes)", "node choice (choose_node)"]
+    # The phases are disjoint parts of the cycles (placing runs inside none of them).
+    assert sum(float(rows[name][0]) for name in parts) + float(rows["placing (Statement.allocate)"][0]) <= cycle * 1.01
+    assert int(rows["predicate scan (feasible_nodes)"][2].replace(",", "")) > 0
+    import numasched.scheduler.actions.allocate as allocate_module
+
+    assert allocate_module.feasible_nodes.__name__ == "feasible_nodes"  # the timers are gone again
