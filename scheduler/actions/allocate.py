@@ -293,10 +293,14 @@ def choose_node(ssn: Session, task: TaskInfo, candidates: list[NodeInfo]) -> Nod
     so the same cluster always gets the same placement. (After a scoring plugin raised the
     caller finds the fault on the session and places nothing.)"""
     batch = ssn.batch_node_order(task, candidates)
-    by_score: dict[float, list[NodeInfo]] = {}
     class_key = ssn.equivalence_class(task)
     memo = ssn.memo
     answers = memo.answers((True, class_key)) if memo is not None and class_key is not None else None
+    # Only best-node plugins read the nodes grouped by score; without one the best is kept as
+    # the scores come.
+    by_score: dict[float, list[NodeInfo]] | None = {} if ssn.has_best_node_fns() else None
+    best: NodeInfo | None = None
+    best_score = 0.0
     for node in candidates:
         known = answers.get(node.name) if answers is not None else None
         if known is not None and known[GENERATION] == node.generation and known[SCORE] is not None:
@@ -310,11 +314,16 @@ def choose_node(ssn: Session, task: TaskInfo, candidates: list[NodeInfo]) -> Nod
                 else:
                     answers[node.name] = [node.generation, _UNASKED, score]
         score += batch.get(node.name, 0.0)
-        by_score.setdefault(score, []).append(node)
-    chosen = ssn.best_node(task, by_score)
-    if chosen is not None:
-        return chosen
-    return min(by_score[max(by_score)], key=lambda node: node.name)
+        if by_score is not None:
+            by_score.setdefault(score, []).append(node)
+        if best is None or score > best_score or (score == best_score and node.name < best.name):
+            best, best_score = node, score
+    if by_score is not None:
+        chosen = ssn.best_node(task, by_score)
+        if chosen is not None:
+            return chosen
+    assert best is not None, "choose_node needs at least one candidate"
+    return best
 
 
 def schedulable_pending(ssn: Session, job: JobInfo, *, best_effort: bool) -> list[TaskInfo]:

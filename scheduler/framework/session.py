@@ -519,6 +519,9 @@ class Session:
                 answers[node.name] = [node.generation, value]
         return fn.combine(task, nodes, parts)
 
+    def has_best_node_fns(self) -> bool:
+        return bool(self._in_order("bestNode", self._best_node_fns))
+
     def best_node(self, task: TaskInfo, scores: dict[float, list[NodeInfo]]) -> NodeInfo | None:
         """The first plugin, in tier order, that names a node decides."""
         name = ""
