@@ -26,7 +26,8 @@ PODS = next(resource for resource in RESOURCE_TYPES if resource.plural == "pods"
 BUDGET_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
-class EvictingApiServer(KubeApiServer):
+# kubeapi_server is a test module mypy does not follow (ignore_missing_imports): its class is Any.
+class EvictingApiServer(KubeApiServer):  # type: ignore[misc]
     """KubeApiServer plus POST pods/<name>/eviction checked against PodDisruptionBudgets given as
     (namespace, matchLabels, disruptionsAllowed)."""
 
@@ -49,7 +50,8 @@ class EvictingApiServer(KubeApiServer):
             if request.method != "POST":
                 raise ApiError(405, "MethodNotAllowed", "eviction accepts POST only")
             return web.json_response(self._evict(parts[3], parts[5], await request.json()), status=201)
-        return await super()._route(request)
+        response: web.StreamResponse = await super()._route(request)
+        return response
 
     def _evict(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         if body.get("kind") != "Eviction" or body.get("apiVersion") != "policy/v1":
