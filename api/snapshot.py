@@ -26,6 +26,8 @@ class QueueInfo:
     priority: int = 0
     # spec.reclaimable: None (absent) and True both let other queues reclaim from this one.
     reclaimable: bool = True
+    # status.allocated as last written (None: never written), so only a change is written again.
+    status_allocated: Resource | None = None
 
 
 @attrs.define(slots=True)

@@ -2,7 +2,8 @@
 
 Every field the queue plugins read is taken as volcano-sh/apis declares it: spec.weight (int32),
 spec.capability, spec.guarantee.resource and spec.deserved (ResourceLists), spec.parent,
-spec.priority (int32), spec.reclaimable (bool) and status.state. A field that cannot be read is
+spec.priority (int32), spec.reclaimable (bool), status.state and status.allocated (what the
+scheduler last wrote, so it writes only a change). A field that cannot be read is
 reported by name and the queue keeps working with that field's default, so one typo in a quota
 never stops the queue's jobs from being scheduled.
 """
@@ -89,6 +90,7 @@ def queue_from_object(obj: Mapping[str, Any]) -> tuple[QueueInfo, list[str]]:
         parent=parent or "",
         priority=_int32_field(spec.get("priority"), "spec.priority", 0, _INT32_MIN, problems),
         reclaimable=reclaimable is not False,
+        status_allocated=_resource_field(status.get("allocated"), "status.allocated", problems),
     )
     return queue, problems
 
