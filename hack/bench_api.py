@@ -133,8 +133,9 @@ async def serve(connection: multiprocessing.connection.Connection, arguments: di
             await asyncio.sleep(0.05)
         # More CPUs than any machine has: reported unschedulable, never bound.
         unfit = [f"unfit-{index:05d}" for index in range(arguments["unfit"])]
-        for name in unfit:
-            server.add_pod(name, cpus=100_000)
+        for index, name in enumerate(unfit):
+            # Each its own size, so no two share an equivalence class (and its cached verdicts).
+            server.add_pod(name, cpus=100_000 + index)
         # The clock starts once every one of them was decided (and reported) at least once.
         deadline = time.monotonic() + arguments["timeout"]
         while not all(reported_unschedulable(server, name) for name in unfit) and time.monotonic() < deadline:
