@@ -28,6 +28,13 @@ COMMANDS = (
         "Run the real scheduler on a simulated cluster until nothing more can be placed.",
     ),
     (
+        "explain",
+        "say why one pod waits: every node's first failing check, its NUMA picture and what-if",
+        "Load a cluster as simulate does, let the scheduler place what it would, then explain one pod "
+        "node by node: the first failing check, per NUMA node free against requested resources, and "
+        "the fewest pods whose departure would let it in (docs/explain.md).",
+    ),
+    (
         "run",
         "run the scheduler against a Kubernetes cluster",
         "Watch the cluster and schedule every pod whose spec.schedulerName is ours.",
@@ -51,6 +58,10 @@ def _add_command_arguments(command: str, parser: argparse.ArgumentParser) -> Non
         from numasched.scheduler.simulate import add_simulate_arguments
 
         add_simulate_arguments(parser)
+    elif command == "explain":
+        from numasched.scheduler.explain_command import add_explain_arguments
+
+        add_explain_arguments(parser)
     elif command == "run":
         from numasched.scheduler.runner import add_run_arguments
 
@@ -123,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"numasched {args.command}: {problem}", file=sys.stderr)
         return EXIT_CONFIG
 
-    simulating = args.command == "simulate"
+    simulating = args.command in ("simulate", "explain")
     configure_logging(
         args.log_level or ("warning" if simulating else "info"),
         args.log_format or ("console" if simulating else "json"),
@@ -133,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from numasched.scheduler.simulate import run_simulate
 
         return anyio.run(run_simulate, args)
+    if args.command == "explain":
+        from numasched.scheduler.explain_command import run_explain
+
+        return anyio.run(run_explain, args)
     if args.command == "run":
         from numasched.scheduler.runner import run_scheduler
 

@@ -1,0 +1,140 @@
+"""The `numasched explain NAMESPACE/POD` command: load a cluster as `simulate` does, let the scheduler
+place what it would (unless --as-is), then explain why the pod waits on every node.
+
+The rendering is here too: a table (node, fits, reason, NUMA picture, what-if) or the JSON that
+scheduler/explain.py builds (explain_pod's structure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from numasched.cache.cache import Cache
+from numasched.cache.simcluster import SimCluster
+from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_OK
+from numasched.cli_input_files import InputFileError
+from numasched.conf.loader import ConfigError
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.explain import (
+    Explanation,
+    NodeVerdict,
+    PodNotFound,
+    explain_in_cache,
+    explanation_json,
+    numa_summary,
+)
+from numasched.scheduler.simulate import load_config, read_inputs, simulate
+
+
+def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pod", metavar="NAMESPACE/POD", help="the pod to explain (a bare name: namespace default)")
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        action="append",
+        help="YAML file(s) of Nodes and Numatopology/NodeResourceTopology objects "
+        "(default: the bundled example cluster)",
+    )
+    parser.add_argument(
+        "--workload",
+        type=Path,
+        action="append",
+        help="YAML file(s) of Pods, PodGroups, Queues and PriorityClasses (default: the bundled example workload)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="volcano-scheduler.conf, or a ConfigMap manifest holding one (default: the bundled example config)",
+    )
+    parser.add_argument("--output", choices=("table", "json"), default="table", help="report format")
+    parser.add_argument("--scheduler-name", default="numasched", help="spec.schedulerName of the pods to schedule")
+    parser.add_argument(
+        "--as-is",
+        action="store_true",
+        help="explain against the files as loaded, without first letting the scheduler place the pending pods",
+    )
+    parser.add_argument("--max-cycles", type=int, default=100, help="scheduling cycles to run before explaining")
+    parser.add_argument("--no-what-if", action="store_true", help="skip the search for pods whose departure helps")
+
+
+def pod_key(text: str) -> str:
+    return text if "/" in text else f"default/{text}"
+
+
+async def run_explain(args: argparse.Namespace) -> int:
+    """The `numasched explain` command; the exit status is one of numasched.cli_exit_codes."""
+    registry = default_registry(with_entry_points=True)
+    try:
+        config = load_config(args.config, registry)
+    except ConfigError as error:
+        print(f"numasched explain: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        inputs = [*read_inputs(args.cluster, "cluster.yaml"), *read_inputs(args.workload, "workload.yaml")]
+    except InputFileError as error:
+        print(f"numasched explain: {error}", file=sys.stderr)
+        return EXIT_INPUT
+    cache = Cache((args.scheduler_name,))
+    cluster = SimCluster(cache)
+    for text, source in inputs:
+        cluster.load_text(text, source)
+    if not args.as_is:
+        await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=False)
+    try:
+        explanation = explain_in_cache(cache, config, registry, pod_key(args.pod), with_what_if=not args.no_what_if)
+    except PodNotFound as error:
+        print(f"numasched explain: {error}", file=sys.stderr)
+        return EXIT_INPUT
+    sys.stdout.write(render(explanation, args.output))
+    return EXIT_OK
+
+
+def render(explanation: Explanation, output: str) -> str:
+    if output == "json":
+        return json.dumps(explanation_json(explanation), indent=2) + "\n"
+    return render_table(explanation)
+
+
+def _what_if_cell(verdict: NodeVerdict) -> str:
+    if verdict.fits:
+        return "-"
+    if verdict.what_if is None:
+        return verdict.what_if_note or "-"
+    return "fits without " + ", ".join(verdict.what_if)
+
+
+def render_table(explanation: Explanation) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    buffer = io.StringIO()
+    width = max(100, shutil.get_terminal_size((160, 24)).columns)
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
+    head = f"pod {explanation.pod}"
+    if explanation.placed_on:
+        head += f" (the scheduler placed it on {explanation.placed_on}; judged here as if still pending)"
+    console.print(head, highlight=False)
+    if not explanation.pre_predicate.passed:
+        console.print(
+            f"refused before any node by {explanation.pre_predicate.plugin}: {explanation.summary}", highlight=False
+        )
+        return buffer.getvalue()
+    table = Table(title=explanation.summary, title_justify="left")
+    for column in ("NODE", "FITS", "REASON", "NUMA (free/requested)", "WHAT-IF"):
+        table.add_column(column, overflow="fold")
+    for verdict in explanation.nodes:
+        reason = f"{verdict.plugin}: {verdict.reason}" if verdict.plugin else verdict.reason
+        table.add_row(
+            verdict.node,
+            "yes" if verdict.fits else "no",
+            reason or "-",
+            numa_summary(verdict),
+            _what_if_cell(verdict),
+        )
+    console.print(table)
+    return buffer.getvalue()
