@@ -36,12 +36,22 @@ def parse_address(text: str) -> tuple[str, int]:
 
 class HealthServer:
     def __init__(
-        self, metrics: SchedulerMetrics, *, live: Check, ready: Check, extensions: Sequence[Extension] = ()
+        self,
+        metrics: SchedulerMetrics,
+        *,
+        live: Check,
+        ready: Check,
+        extensions: Sequence[Extension] = (),
+        before_scrape: Sequence[Callable[[], object]] = (),
     ) -> None:
         self._metrics = metrics
         self._live = live
         self._ready = ready
         self._extensions = tuple(extensions)
+        # Run on the event loop before each scrape (the console's view of the cache is taken
+        # there, where the informers change the cache); the exposition then runs in a worker
+        # thread, so writing thousands of per-NUMA samples does not hold up the loop.
+        self._before_scrape = tuple(before_scrape)
         self.port = 0
 
     def application(self) -> web.Application:
@@ -61,7 +71,10 @@ class HealthServer:
         return _answer(self._ready())
 
     async def _metrics_page(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._metrics.exposition(), content_type="text/plain", charset="utf-8")
+        for prepare in self._before_scrape:
+            prepare()
+        body = await anyio.to_thread.run_sync(self._metrics.exposition)
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     async def serve(self, address: str, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; task_status.started() gets the bound port."""

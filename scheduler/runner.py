@@ -346,6 +346,7 @@ class SchedulerRunner:
             live=self._live,
             ready=self._ready,
             extensions=(self.console.install,) if self.console is not None else (),
+            before_scrape=(self.console.views.view,) if self.console is not None else (),
         )
         self.stop_requested = anyio.Event()
         self._scheduling_stopped = anyio.Event()

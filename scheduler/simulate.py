@@ -187,7 +187,13 @@ async def serve_console(cache: Cache, config: SchedulerConfig, address: str) -> 
         return EXIT_CONFIG
     metrics = SchedulerMetrics()
     console = simulation_console(cache, ConfigSource(config), metrics)
-    server = HealthServer(metrics, live=lambda: None, ready=lambda: None, extensions=(console.install,))
+    server = HealthServer(
+        metrics,
+        live=lambda: None,
+        ready=lambda: None,
+        extensions=(console.install,),
+        before_scrape=(console.views.view,),
+    )
     async with anyio.create_task_group() as group:
         try:
             port = await group.start(server.serve, address)

@@ -74,7 +74,9 @@ def served() -> dict[str, set[str]]:
     """What the scheduler (with its per-NUMA gauges, over the example cluster) and an exporter
     that published a node serve."""
     metrics = SchedulerMetrics()
-    metrics.watch_numa(NumaGauges(CacheViews(simulated_cache()).view))
+    views = CacheViews(simulated_cache())
+    views.view()
+    metrics.watch_numa(NumaGauges(views.latest))
     # Labelled counters and histograms show their labels once they have a child.
     metrics.schedule_attempts.labels(result="scheduled").inc()
     metrics.numa_aligned.labels(numa_nodes="1").inc()

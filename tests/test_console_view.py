@@ -29,7 +29,14 @@ from numasched.scheduler.console.policy import (
     parse_change,
 )
 from numasched.scheduler.console.server import CacheViews
-from numasched.scheduler.console.view import ClusterView, DeviceCell, NumaNodeView, stranded_devices
+from numasched.scheduler.console.view import (
+    ClusterView,
+    CpuCounts,
+    DeviceCell,
+    NodeView,
+    NumaNodeView,
+    stranded_devices,
+)
 from numasched.scheduler.simulate import load_config, read_inputs, simulate
 
 ALLOCATION = "numasched.io/allocation"
@@ -45,7 +52,14 @@ class Example:
         for text, source in self.texts:
             self.cluster.load_text(text, source)
         anyio.run(lambda: simulate(self.cluster, load_config(None, registry), registry, max_cycles=10, progress=False))
-        self.view: ClusterView = CacheViews(self.cache).view()
+        # One snapshot for the whole module (the example does not change once simulated).
+        self.views = CacheViews(self.cache, max_age_s=float("inf"))
+        self.view: ClusterView = self.views.view()
+
+    def node(self, name: str) -> NodeView:
+        node = self.views.node(name)
+        assert node is not None, name
+        return node
 
     def objects(self, kind: str) -> list[Mapping[str, Any]]:
         return [doc for text, _ in self.texts for doc in yaml.safe_load_all(text) if doc and doc.get("kind") == kind]
@@ -83,7 +97,8 @@ def test_every_pinned_cpu_and_allocated_device_names_the_pod_whose_annotation_ho
             expected[(node_name, item)] = pod
     assert expected, "the example binds pods with allocations"
     shown: dict[tuple[str, str], str] = {}
-    for node in example.view.nodes:
+    for summary in example.view.nodes:
+        node = example.node(summary.name)
         for numa in node.numa:
             for cell in numa.cpus:
                 if cell.state == "pinned":
@@ -94,14 +109,18 @@ def test_every_pinned_cpu_and_allocated_device_names_the_pod_whose_annotation_ho
     assert shown == expected
 
 
-def test_cpu_states_partition_each_numa_node(example: Example) -> None:
-    for node in example.view.nodes:
+def test_cpu_states_partition_each_numa_node_and_the_counts_match_the_cells(example: Example) -> None:
+    for summary in example.view.nodes:
+        node = example.node(summary.name)
+        assert [numa.counts for numa in node.numa] == [numa.counts for numa in summary.numa], node.name
         for numa in node.numa:
             states = [cell.state for cell in numa.cpus]
             assert set(states) <= {"free", "pinned", "reserved", "held"}
             assert len({cell.cpu for cell in numa.cpus}) == len(numa.cpus), f"{node.name} NUMA {numa.id}"
-    dgx = example.view.node("dgx1-0")
-    assert dgx is not None
+            # The counts (set operations) and the cells (one CPU at a time) agree.
+            for state in ("free", "pinned", "reserved", "held"):
+                assert numa.cpu_count(state) == states.count(state), f"{node.name} NUMA {numa.id} {state}"
+    dgx = example.node("dgx1-0")
     # dgx1-0's Numatopology reserves CPUs 0 and 40 (ReservedSystemCPUs: 0,40), one per NUMA node.
     reserved = sorted(cell.cpu for numa in dgx.numa for cell in numa.cpus if cell.state == "reserved")
     assert reserved == [0, 40]
@@ -123,18 +142,20 @@ def test_pending_pods_show_the_reason_the_scheduler_wrote_on_them(example: Examp
     assert too_big.fits and all(not numa.fits for fit in too_big.fits for numa in fit.numa)
 
 
-def test_free_cpus_per_numa_in_the_comparison_agree_with_the_node_page(example: Example) -> None:
-    pending = example.view.pending[0]
-    for fit in pending.fits:
-        node = example.view.node(fit.node)
-        assert node is not None
+def test_the_comparison_counts_free_cpus_and_gpus_of_each_numa_node(example: Example) -> None:
+    too_big = next(pod for pod in example.view.pending if pod.key == "default/too-big-0")
+    for fit in too_big.fits:
+        node = example.node(fit.node)
         for numa, compared in zip(node.numa, fit.numa, strict=True):
-            assert compared.free_cpus == numa.cpu_count("free"), f"{fit.node} NUMA {numa.id}"
+            free = [cell for cell in numa.cpus if cell.state == "free"]
+            assert compared.free_cpus == len(free), f"{fit.node} NUMA {numa.id}"
+            gpus = sum(1 for cell in numa.devices if cell.resource == "nvidia.com/gpu" and cell.state == "free")
+            assert compared.free_devices == (("nvidia.com/gpu", gpus),)
 
 
 def numa_with(devices: list[str], numa_id: int) -> NumaNodeView:
     cells = tuple(DeviceCell("nvidia.com/gpu", str(index), numa_id, state=state) for index, state in enumerate(devices))
-    return NumaNodeView(numa_id, (), (), cells)
+    return NumaNodeView(numa_id, CpuCounts(), (), cells)
 
 
 def test_stranded_devices_are_free_ones_below_the_smallest_pending_request() -> None:
@@ -169,9 +190,7 @@ def parse(html: str) -> Elements:
 def test_the_dgx_page_draws_the_nvlink_matrix_of_its_numatopology(example: Example) -> None:
     topology = next(obj for obj in example.objects("Numatopology") if obj["metadata"]["name"] == "dgx1-0")
     links = json.loads(topology["metadata"]["annotations"][DEVICE_TOPOLOGY])["links"]
-    node = example.view.node("dgx1-0")
-    assert node is not None
-    page = render.node_page(node)
+    page = render.node_page(example.node("dgx1-0"))
     html = parse(page)
     cells = {attrs["data-link"] for tag, attrs in html.elements if tag == "td" and "data-link" in attrs}
     assert len(cells) == 8 * 7

@@ -18,6 +18,7 @@ import attrs
 import structlog
 from aiohttp import web
 
+from numasched.api.snapshot import ClusterSnapshot
 from numasched.cache.cache import Cache
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.console import render
@@ -31,14 +32,22 @@ from numasched.scheduler.console.policy import (
     state_document,
 )
 from numasched.scheduler.console.policy_store import PolicyStore, PolicyWriteError
-from numasched.scheduler.console.view import ClusterView, build_view
+from numasched.scheduler.console.view import (
+    ClusterView,
+    NodeView,
+    build_view,
+    node_view,
+    pending_device_shapes,
+    pending_tasks,
+    problems_by_node,
+)
 
 log = structlog.get_logger("numasched.console")
 
 POLICY_PATH = "/rest/scheduling/v1/numaaware"
 # A snapshot of a large cache takes a good part of a second: pages and scrapes within this long
-# of the last one share it.
-DEFAULT_VIEW_MAX_AGE_S = 1.0
+# of the last one share it (the page refreshes every two seconds).
+DEFAULT_VIEW_MAX_AGE_S = 2.0
 MAX_POLICY_BODY_BYTES = 64 * 1024
 
 
@@ -46,7 +55,8 @@ class CacheViews:
     """The view of the cache, rebuilt from a fresh snapshot at most once per max_age_s.
 
     Runs on the event loop, where the informers change the cache, so a snapshot never sees a
-    half-applied event; the snapshot is a copy, so nothing here touches the cache's state.
+    half-applied event; the snapshot is a copy, so nothing here touches the cache's state. The
+    snapshot is kept with the view for as long, to draw one node's CPUs one by one on its page.
     """
 
     def __init__(
@@ -55,22 +65,58 @@ class CacheViews:
         self._cache = cache
         self._max_age_s = max_age_s
         self._clock = clock
-        self._kept: tuple[float, ClusterView] | None = None
+        self._kept: _Kept | None = None
 
-    def view(self) -> ClusterView:
+    def _fresh(self) -> _Kept:
         now = self._clock()
-        if self._kept is not None and now - self._kept[0] < self._max_age_s:
-            return self._kept[1]
+        if self._kept is not None and now - self._kept.taken < self._max_age_s:
+            return self._kept
         cache = self._cache
+        snapshot = cache.snapshot()
+        without_topology = cache.nodes_without_topology()
+        problems = dict(cache.problems)
         view = build_view(
-            cache.snapshot(),
+            snapshot,
             pod_objects=cache.pod_object,
-            problems=dict(cache.problems),
-            nodes_without_topology=cache.nodes_without_topology(),
+            problems=problems,
+            nodes_without_topology=without_topology,
             waiting_for_group=cache.tasks_waiting_for_group(),
         )
-        self._kept = (now, view)
-        return view
+        self._kept = _Kept(now, snapshot, view, problems, without_topology)
+        return self._kept
+
+    def view(self) -> ClusterView:
+        return self._fresh().view
+
+    def latest(self) -> ClusterView:
+        """The view last built, never a new one: safe off the event loop (the metrics exposition
+        runs in a worker thread after view() was called on the loop)."""
+        kept = self._kept
+        return kept.view if kept is not None else ClusterView(nodes=(), pending=(), problems=())
+
+    def node(self, name: str) -> NodeView | None:
+        """One node with every CPU and device link drawn, from the same snapshot as view()."""
+        kept = self._fresh()
+        node = kept.snapshot.nodes.get(name)
+        if node is None:
+            return None
+        shapes = pending_device_shapes(pending_tasks(kept.snapshot, ()))
+        return node_view(
+            node,
+            shapes,
+            problems_by_node(kept.problems).get(name, ()),
+            kept.without_topology.get(name, ""),
+            detail=True,
+        )
+
+
+@attrs.frozen(slots=True)
+class _Kept:
+    taken: float
+    snapshot: ClusterSnapshot
+    view: ClusterView
+    problems: dict[tuple[str, str], str]
+    without_topology: dict[str, str]
 
 
 @attrs.frozen(slots=True)
@@ -144,7 +190,7 @@ class Console:
         name = request.match_info["name"]
 
         def draw(view: ClusterView) -> str:
-            node = view.node(name)
+            node = self.views.node(name)
             return render.not_found(name) if node is None else render.node_page(node)
 
         return await self._page(request, name, draw)

@@ -65,32 +65,54 @@ class MemoryCell:
 
 
 @attrs.frozen(slots=True)
+class CpuCounts:
+    free: int = 0
+    pinned: int = 0
+    reserved: int = 0
+    held: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.free + self.pinned + self.reserved + self.held
+
+
+@attrs.frozen(slots=True)
 class NumaNodeView:
     id: int
-    cpus: tuple[CpuCell, ...]
+    counts: CpuCounts
     memory: tuple[MemoryCell, ...]
     devices: tuple[DeviceCell, ...]
+    # Every CPU with its state: drawn for a node's own page only (a thousand-node overview needs
+    # the counts alone).
+    cpus: tuple[CpuCell, ...] = ()
 
     def cpu_count(self, state: str) -> int:
-        return sum(1 for cell in self.cpus if cell.state == state)
+        return int(getattr(self.counts, state))
 
     @property
     def cpu_total(self) -> int:
-        return len(self.cpus)
+        return self.counts.total
 
     @property
     def cpu_allocatable(self) -> int:
-        return len(self.cpus) - self.cpu_count("reserved")
+        return self.counts.total - self.counts.reserved
 
     def devices_of(self, resource: str) -> tuple[DeviceCell, ...]:
         return tuple(cell for cell in self.devices if cell.resource == resource)
+
+    def free_devices(self, resource: str) -> int:
+        return sum(1 for cell in self.devices if cell.resource == resource and cell.state == "free")
+
+    def free_memory(self, resource: str = MEMORY) -> int | None:
+        cell = next((cell for cell in self.memory if cell.resource == resource), None)
+        return None if cell is None else cell.free
 
     @property
     def fill(self) -> float:
         """How full the NUMA node is: the largest of its pinned CPU, memory and device shares."""
         shares = [0.0]
         if self.cpu_allocatable:
-            shares.append((self.cpu_allocatable - self.cpu_count("free")) / self.cpu_allocatable)
+            shares.append((self.cpu_allocatable - self.counts.free) / self.cpu_allocatable)
         shares.extend(cell.used / cell.total for cell in self.memory if cell.total > 0)
         if self.devices:
             shares.append(sum(1 for cell in self.devices if cell.state != "free") / len(self.devices))
@@ -144,9 +166,11 @@ class NodeView:
     numa: tuple[NumaNodeView, ...] = ()
     # Devices whose NUMA node the source does not give.
     unplaced_devices: tuple[DeviceCell, ...] = ()
-    links: tuple[LinkView, ...] = ()
+    links: tuple[LinkView, ...] = ()  # on the node's own view only (detail)
     distances: tuple[tuple[int, tuple[int, ...]], ...] = ()
     stranded: tuple[tuple[str, int], ...] = ()
+    # The kubelet's memory manager holds memory per NUMA node (policy Static).
+    memory_pinned: bool = False
 
     @property
     def device_models(self) -> tuple[str, ...]:
@@ -216,14 +240,16 @@ def build_view(
     nodes_without_topology: Mapping[str, str],
     waiting_for_group: Iterable[TaskInfo] = (),
 ) -> ClusterView:
-    """The whole console view of one snapshot."""
-    pending = _pending_tasks(snapshot, waiting_for_group)
-    shapes = _pending_device_shapes(pending)
+    """The whole console view of one snapshot (per-NUMA CPU counts; no per-CPU cells)."""
+    pending = pending_tasks(snapshot, waiting_for_group)
+    shapes = pending_device_shapes(pending)
+    by_node = problems_by_node(problems)
     nodes = tuple(
-        node_view(snapshot.nodes[name], shapes, problems, nodes_without_topology.get(name, ""))
+        node_view(snapshot.nodes[name], shapes, by_node.get(name, ()), nodes_without_topology.get(name, ""))
         for name in sorted(snapshot.nodes)
     )
-    pending_views = tuple(pending_view(task, snapshot, pod_objects) for task in pending)
+    fits = FitTable(nodes)
+    pending_views = tuple(pending_view(task, pod_objects, fits) for task in pending)
     return ClusterView(
         nodes=nodes,
         pending=pending_views,
@@ -231,7 +257,15 @@ def build_view(
     )
 
 
-def _pending_tasks(snapshot: ClusterSnapshot, waiting_for_group: Iterable[TaskInfo]) -> list[TaskInfo]:
+def problems_by_node(problems: Mapping[tuple[str, str], str]) -> dict[str, tuple[str, ...]]:
+    """The problems of the objects named like a node (its Node and topology objects)."""
+    grouped: dict[str, list[str]] = {}
+    for (kind, name), message in sorted(problems.items()):
+        grouped.setdefault(name, []).append(f"{kind}: {message}")
+    return {name: tuple(messages) for name, messages in grouped.items()}
+
+
+def pending_tasks(snapshot: ClusterSnapshot, waiting_for_group: Iterable[TaskInfo]) -> list[TaskInfo]:
     tasks = {
         task.uid: task
         for job in snapshot.jobs.values()
@@ -252,7 +286,7 @@ def asked_devices(task: TaskInfo) -> dict[str, int]:
     }
 
 
-def _pending_device_shapes(pending: Iterable[TaskInfo]) -> dict[str, frozenset[int]]:
+def pending_device_shapes(pending: Iterable[TaskInfo]) -> dict[str, frozenset[int]]:
     shapes: dict[str, set[int]] = {}
     for task in pending:
         for resource, count in asked_devices(task).items():
@@ -263,13 +297,14 @@ def _pending_device_shapes(pending: Iterable[TaskInfo]) -> dict[str, frozenset[i
 def node_view(
     node: NodeInfo,
     pending_shapes: Mapping[str, frozenset[int]],
-    problems: Mapping[tuple[str, str], str],
+    problems: tuple[str, ...],
     without_topology: str,
+    *,
+    detail: bool = False,
 ) -> NodeView:
+    """A node's view; detail adds every CPU with its state and holder, and the device links (the
+    node's own page)."""
     topology = node.topology
-    own_problems = tuple(
-        f"{kind}: {message}" for (kind, name), message in sorted(problems.items()) if name == node.name
-    )
     pods = tuple(_placed(task) for task in sorted(node.tasks.values(), key=lambda task: task.key))
     base = NodeView(
         name=node.name,
@@ -277,18 +312,27 @@ def node_view(
         ready=node.ready,
         unschedulable=node.unschedulable,
         pods=pods,
-        problems=own_problems,
+        problems=problems,
     )
     if topology is None:
         state = "rejected" if without_topology.startswith("rejected") else "missing"
         return attrs.evolve(base, topology=state, topology_problem=node.topology_error or without_topology)
     cpu_holder, device_holder = _holders(node)
-    numa = tuple(_numa_view(node, topology, numa_id, cpu_holder, device_holder) for numa_id in topology.numa_ids)
-    unplaced = tuple(
-        cell
-        for group in topology.devices.values()
-        for cell in _device_cells(node, topology, group.resource, device_holder)
-        if cell.numa is None or cell.numa not in topology.numa_ids
+    devices_by_numa: dict[int | None, list[DeviceCell]] = {}
+    for resource in sorted(topology.devices):
+        for cell in _device_cells(node, topology, resource, device_holder):
+            numa_id = cell.numa if cell.numa in topology.numa_ids else None
+            devices_by_numa.setdefault(numa_id, []).append(cell)
+    cells_by_numa = _cpu_cells(node, topology, cpu_holder) if detail else {}
+    numa = tuple(
+        NumaNodeView(
+            numa_id,
+            _cpu_counts(node, topology, numa_id),
+            _memory_cells(node, topology, numa_id),
+            tuple(devices_by_numa.get(numa_id, ())),
+            tuple(cells_by_numa.get(numa_id, ())),
+        )
+        for numa_id in topology.numa_ids
     )
     return attrs.evolve(
         base,
@@ -297,8 +341,8 @@ def node_view(
         cpu_manager_policy=str(topology.policies.cpu_manager_policy),
         scope=str(topology.policies.topology_manager_scope),
         numa=numa,
-        unplaced_devices=unplaced,
-        links=_links(topology),
+        unplaced_devices=tuple(devices_by_numa.get(None, ())),
+        links=_links(topology) if detail else (),
         distances=tuple(
             (first, tuple(topology.distance(first, second) for second in topology.numa_ids))
             for first in topology.numa_ids
@@ -306,7 +350,40 @@ def node_view(
         if topology.distances
         else (),
         stranded=stranded_devices(numa, pending_shapes),
+        memory_pinned=topology.policies.memory_manager_policy == "Static",
     )
+
+
+def _cpu_counts(node: NodeInfo, topology: NumaTopology, numa_id: int) -> CpuCounts:
+    """The states of _cpu_state, counted with set operations (no loop over CPUs)."""
+    cpus = topology.cpus_by_numa.get(numa_id, IdSet())
+    reserved = cpus & topology.reserved_cpus
+    pinned = (cpus & node.numa_usage.cpus) - reserved
+    held = IdSet()
+    if topology.available_cpus is not None:
+        held = cpus - topology.available_cpus - reserved - pinned
+    return CpuCounts(
+        free=len(cpus) - len(reserved) - len(pinned) - len(held),
+        pinned=len(pinned),
+        reserved=len(reserved),
+        held=len(held),
+    )
+
+
+def _memory_cells(node: NodeInfo, topology: NumaTopology, numa_id: int) -> tuple[MemoryCell, ...]:
+    return tuple(
+        MemoryCell(resource, per_numa[numa_id], node.numa_usage.memory.get(resource, {}).get(numa_id, 0))
+        for resource, per_numa in sorted(topology.memory.items())
+        if numa_id in per_numa
+    )
+
+
+def _cpu_cells(node: NodeInfo, topology: NumaTopology, holder: Mapping[int, str]) -> dict[int, list[CpuCell]]:
+    cells: dict[int, list[CpuCell]] = {}
+    for info in sorted(topology.cpus, key=lambda info: (info.core, info.cpu)):
+        state, pod = _cpu_state(node, topology, info.cpu, holder)
+        cells.setdefault(info.numa, []).append(CpuCell(info.cpu, info.core, info.socket, state, pod))
+    return cells
 
 
 def _placed(task: TaskInfo) -> PlacedPod:
@@ -388,33 +465,6 @@ def _device_cells(
     return cells
 
 
-def _numa_view(
-    node: NodeInfo,
-    topology: NumaTopology,
-    numa_id: int,
-    cpu_holder: Mapping[int, str],
-    device_holder: Mapping[tuple[str, str], str],
-) -> NumaNodeView:
-    cpus = []
-    for info in sorted(topology.cpus, key=lambda info: (info.core, info.cpu)):
-        if info.numa != numa_id:
-            continue
-        state, pod = _cpu_state(node, topology, info.cpu, cpu_holder)
-        cpus.append(CpuCell(info.cpu, info.core, info.socket, state, pod))
-    memory = tuple(
-        MemoryCell(resource, per_numa[numa_id], node.numa_usage.memory.get(resource, {}).get(numa_id, 0))
-        for resource, per_numa in sorted(topology.memory.items())
-        if numa_id in per_numa
-    )
-    devices = tuple(
-        cell
-        for resource in sorted(topology.devices)
-        for cell in _device_cells(node, topology, resource, device_holder)
-        if cell.numa == numa_id
-    )
-    return NumaNodeView(numa_id, tuple(cpus), memory, devices)
-
-
 def _links(topology: NumaTopology) -> tuple[LinkView, ...]:
     links = []
     for (first, second), link in sorted(topology.links.items()):
@@ -466,13 +516,32 @@ def scheduled_condition_message(pod: Mapping[str, Any] | None) -> str:
     return ""
 
 
-def pending_view(task: TaskInfo, snapshot: ClusterSnapshot, pod_objects: PodObjects) -> PendingPod:
+class FitTable:
+    """Per node and NUMA node, what is free against what a pending pod asks; pods asking the
+    same are compared once (a gang's members, replicas of one workload)."""
+
+    def __init__(self, nodes: Iterable[NodeView]) -> None:
+        self._nodes = [node for node in nodes if node.numa]
+        self._by_shape: dict[tuple[int, tuple[tuple[str, int], ...], int], tuple[list[NodeFit], int]] = {}
+
+    def fits(self, cpus: int, devices: Mapping[str, int], memory: int) -> tuple[tuple[NodeFit, ...], int]:
+        """The FIT_NODES_SHOWN nodes with the most NUMA nodes that fit, and how many were compared."""
+        shape = (cpus, tuple(sorted(devices.items())), memory)
+        kept = self._by_shape.get(shape)
+        if kept is None:
+            fits = [node_fit(node, cpus, devices, memory) for node in self._nodes]
+            fits.sort(key=lambda fit: (-fit.fitting, fit.node))
+            kept = (fits[:FIT_NODES_SHOWN], len(fits))
+            self._by_shape[shape] = kept
+        return tuple(kept[0]), kept[1]
+
+
+def pending_view(task: TaskInfo, pod_objects: PodObjects, table: FitTable) -> PendingPod:
     reason = scheduled_condition_message(pod_objects(task.uid)) or task.fit_error or "not tried yet"
     cpus = exclusive_cpus(task)
     devices = asked_devices(task)
     memory = int(task.init_resreq.memory)
-    fits = [node_fit(node, cpus, devices, memory) for node in snapshot.nodes.values() if node.topology is not None]
-    fits.sort(key=lambda fit: (-fit.fitting, fit.node))
+    fits, compared = table.fits(cpus, devices, memory)
     return PendingPod(
         key=task.key,
         job=task.job_id,
@@ -480,35 +549,23 @@ def pending_view(task: TaskInfo, snapshot: ClusterSnapshot, pod_objects: PodObje
         asked_cpus=cpus,
         asked_devices=tuple(devices.items()),
         asked_memory=memory,
-        fits=tuple(fits[:FIT_NODES_SHOWN]),
-        nodes_compared=len(fits),
+        fits=fits,
+        nodes_compared=compared,
     )
 
 
-def node_fit(node: NodeInfo, cpus: int, devices: Mapping[str, int], memory: int) -> NodeFit:
-    """Per NUMA node of a node: what is free against what the pod asks, and whether it all fits there."""
-    topology = node.topology
-    assert topology is not None
-    free_cpus = node.free_cpus()
-    by_numa = topology.cpus_by_numa
-    free_devices = {resource: node.free_devices(resource) for resource in devices}
-    # Memory is held per NUMA node only by the kubelet's Static memory manager.
-    memory_pinned = topology.policies.memory_manager_policy == "Static"
+def node_fit(node: NodeView, cpus: int, devices: Mapping[str, int], memory: int) -> NodeFit:
+    """Per NUMA node of a node: what is free against what the pod asks, and whether it all fits
+    there. Memory counts only where the memory manager holds it per NUMA node."""
     numa = []
-    for numa_id in topology.numa_ids:
-        cpu_count = len(free_cpus & by_numa.get(numa_id, IdSet()))
-        device_counts = []
-        for resource in devices:
-            group = topology.devices.get(resource)
-            local = group.by_id if group is not None else {}
-            count = sum(1 for device in free_devices[resource] if local[device].numa == numa_id)
-            device_counts.append((resource, count))
-        total = topology.memory.get(MEMORY, {}).get(numa_id)
-        free_memory = None if total is None else max(0, total - node.numa_usage.memory.get(MEMORY, {}).get(numa_id, 0))
+    for view in node.numa:
+        free_cpus = view.counts.free
+        free_devices = tuple((resource, view.free_devices(resource)) for resource in devices)
+        free_memory = view.free_memory()
         fits = (
-            cpus <= cpu_count
-            and all(devices[resource] <= count for resource, count in device_counts)
-            and (free_memory is None or not memory_pinned or memory <= free_memory)
+            cpus <= free_cpus
+            and all(devices[resource] <= count for resource, count in free_devices)
+            and (free_memory is None or not node.memory_pinned or memory <= free_memory)
         )
-        numa.append(NumaFit(numa_id, cpu_count, tuple(device_counts), free_memory, fits))
+        numa.append(NumaFit(view.id, free_cpus, free_devices, free_memory, fits))
     return NodeFit(node.name, tuple(numa))

@@ -61,5 +61,5 @@ def assemble_console(
 ) -> Console:
     views = CacheViews(cache)
     generation: Callable[[], int] = lambda: config_source.generation  # noqa: E731 - read at each request
-    metrics.watch_numa(NumaGauges(views.view))
+    metrics.watch_numa(NumaGauges(views.latest))
     return Console(views, config_source.current, generation, store, access)
