@@ -9,7 +9,8 @@ in Kubernetes' canonical form: CPU and scalar resources in milli-units (DecimalS
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Protocol
 
 from numasched.api.job import JobInfo
 from numasched.api.resource import Resource
@@ -81,6 +82,21 @@ def changed_queue_status(jobs: Iterable[JobInfo], queues: Mapping[str, QueueInfo
         if written is None or not _same(written, total):
             changed[name] = resource_list(total)
     return changed
+
+
+class QueueStatusWriter(Protocol):
+    async def write(self, queue_name: str, allocated: Mapping[str, str]) -> bool: ...
+
+
+def queue_status_call(
+    writer: QueueStatusWriter, queue_name: str, allocated: Mapping[str, str]
+) -> Callable[[], Awaitable[None]]:
+    """The loop's unit of work for one queue's status (the writer logs a failure itself)."""
+
+    async def call() -> None:
+        await writer.write(queue_name, allocated)
+
+    return call
 
 
 class SimQueueStatusWriter:
