@@ -26,6 +26,11 @@ main { padding: 1em; }
 .fill-3 { background: #ffc1ba; } .fill-full { background: #ff8182; }
 .swatch { padding: 0 .5em; margin: 0 .2em; border-radius: 3px; }
 .numa-node { border: 1px solid #8c959f; border-radius: 6px; padding: .5em 1em; margin-bottom: 1em; }
+/* A NUMA node's page section says how full it is with its left edge, not its whole background. */
+.numa-node[class*="fill-"] { background: #fff; border-left-width: 10px; }
+.numa-node.fill-0 { border-left-color: #4ac26b; } .numa-node.fill-1 { border-left-color: #d4a72c; }
+.numa-node.fill-2 { border-left-color: #fb8f44; } .numa-node.fill-3 { border-left-color: #fa4549; }
+.numa-node.fill-full { border-left-color: #a40e26; }
 .cpus { display: flex; flex-wrap: wrap; gap: 3px; }
 .core { display: inline-flex; border: 1px solid #8c959f; border-radius: 3px; }
 .cpu { font: 10px monospace; width: 2.6em; text-align: center; padding: 1px 0; }
