@@ -249,3 +249,65 @@ def test_the_scheduler_failed_scheduling_message_groups_at_1000_nodes() -> None:
     assert message.startswith("0/1000 nodes are available: 1000 ")
     assert message.count("nodes are available") == 1
     assert "gpu-a-" not in message
+
+
+# -- what-if under single-numa-node: only departures on one NUMA node count ----------------------
+
+# GPU ids per NUMA node on the fixture's machine (its notes: 0-3 on NUMA 0, 4-7 on NUMA 1).
+GPU_NUMA = {str(gpu): 0 if gpu < 4 else 1 for gpu in range(8)}
+FILLERS = {"g2a": 2, "g2b": 2, "g1a": 1, "g1b": 1, "g1c": 1}
+
+
+def _gpu_pod(name: str, gpus: int) -> dict[str, Any]:
+    amounts = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": "numasched",
+            "containers": [
+                {"name": "main", "image": "pause", "resources": {"requests": amounts, "limits": dict(amounts)}}
+            ],
+        },
+    }
+
+
+def _frees_one_numa_node(free_ids: set[str], placed: dict[str, list[str]], leaving: tuple[str, ...]) -> bool:
+    """Oracle: 4 GPUs free on one NUMA node once these pods leave (CPUs are plentiful here)."""
+    ids = set(free_ids) | {gpu for name in leaving for gpu in placed[name]}
+    return any(sum(1 for gpu in ids if GPU_NUMA[gpu] == numa) >= 4 for numa in (0, 1))
+
+
+def test_what_if_counts_only_departures_that_align() -> None:
+    from numasched.scheduler.simulate import simulate
+    from numasched.scheduler.simulate_report import build_report
+
+    (node, topology) = _gpu_a_copies(1)
+    topology["spec"]["numares"]["nvidia.com/gpu"]["allocatable"] = "0-7"
+    topology["spec"]["numares"]["cpu"]["allocatable"] = "0-31"
+    registry = default_registry()
+    config = load_config(None, registry)
+    cache = Cache(("numasched",))
+    cluster = SimCluster(cache)
+    for obj in (node, topology, *(_gpu_pod(name, gpus) for name, gpus in FILLERS.items())):
+        cluster.add(obj)
+    anyio.run(lambda: simulate(cluster, config, registry, max_cycles=5, progress=False))
+    report = build_report(cluster, cycles=1, seconds=0.0)
+    placed = {pod.name: list(pod.devices.get("nvidia.com/gpu", ())) for pod in report.pods if pod.status == "Bound"}
+    assert set(placed) == set(FILLERS)
+    free_ids = set(GPU_NUMA) - {gpu for ids in placed.values() for gpu in ids}
+    cluster.add(_gpu_pod("wants-4", 4))
+
+    verdict = explain_pod(cache, config, registry, "default", "wants-4")["nodes"][0]
+    assert verdict["fits"] is False
+    found = tuple(key.split("/")[1] for key in verdict["whatIf"])
+    assert _frees_one_numa_node(free_ids, placed, found)
+    fewest = next(
+        size
+        for size in range(1, len(placed) + 1)
+        if any(_frees_one_numa_node(free_ids, placed, combo) for combo in itertools.combinations(placed, size))
+    )
+    assert len(found) == fewest
+    for name in found:
+        assert not _frees_one_numa_node(free_ids, placed, tuple(other for other in found if other != name))
