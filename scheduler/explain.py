@@ -99,6 +99,9 @@ class NodeVerdict:
     what_if_note: str = ""
     # Every failing check, as the scheduler records them for its summary.
     statuses: tuple[Status, ...] = ()
+    # Per resource: how many ids pods hold whose ids no source reports, and those pods. Any of
+    # the free ids in the picture may be theirs.
+    unknown_held: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -244,8 +247,13 @@ def verdict_for(ssn: Session, task: TaskInfo, node: NodeInfo, *, with_what_if: b
     picture = wants_numa_picture(task, node, status)
     numa = numa_picture(task, node) if picture else None
     policy = node_policy(task, node.topology) if picture and node.topology is not None else None
+    unknown = (
+        tuple((resource, count, pods) for resource, (count, pods) in sorted(node.unknown_holdings().items()))
+        if picture
+        else ()
+    )
     if status is None:
-        return NodeVerdict(node.name, True, policy=policy, numa=numa, what_if=())
+        return NodeVerdict(node.name, True, policy=policy, numa=numa, what_if=(), unknown_held=unknown)
     found: tuple[str, ...] | None = None
     note = ""
     if with_what_if:
@@ -260,6 +268,7 @@ def verdict_for(ssn: Session, task: TaskInfo, node: NodeInfo, *, with_what_if: b
         numa=numa,
         what_if=found,
         what_if_note=note,
+        unknown_held=unknown,
     )
 
 
@@ -357,6 +366,9 @@ def verdict_json(verdict: NodeVerdict) -> dict[str, Any]:
         "numa": numa,
         "whatIf": None if verdict.what_if is None else list(verdict.what_if),
         "whatIfNote": verdict.what_if_note,
+        "unknownHeld": {
+            resource: {"count": count, "pods": list(pods)} for resource, count, pods in verdict.unknown_held
+        },
     }
 
 
@@ -408,6 +420,10 @@ def numa_summary(verdict: NodeVerdict) -> str:
     alone = [view.numa for view in verdict.numa if view.holds_all]
     policy = verdict.policy.topology_manager if verdict.policy is not None else ""
     head = f"{policy}: " if policy else ""
+    unknown = "".join(
+        f"; {count} {resource} held by pods of unknown ids ({', '.join(pods)})"
+        for resource, count, pods in verdict.unknown_held
+    )
     if alone:
-        return head + "fits on numa " + ",".join(str(numa) for numa in alone)
-    return head + "; ".join(shortfalls(verdict.numa)) + " (free/requested)"
+        return head + "fits on numa " + ",".join(str(numa) for numa in alone) + unknown
+    return head + "; ".join(shortfalls(verdict.numa)) + " (free/requested)" + unknown

@@ -25,7 +25,7 @@ from numasched.scheduler.explain import explain_pod
 from numasched.scheduler.simulate import load_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "thirdparty" / "volcano-issue-4998"
-NODE_KEYS = {"node", "fits", "plugin", "reason", "policy", "numa", "whatIf", "whatIfNote"}
+NODE_KEYS = {"node", "fits", "plugin", "reason", "policy", "numa", "whatIf", "whatIfNote", "unknownHeld"}
 
 
 def _explain_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -59,6 +59,8 @@ def test_gpus_split_across_numa_nodes_are_named_per_numa_node(capsys: pytest.Cap
     assert per_numa[1]["nvidia.com/gpu"]["freeIds"] == ["7"]
     assert all(per_numa[numa]["nvidia.com/gpu"]["requested"] == 4 for numa in (0, 1))
     assert not any(view["holdsAll"] for view in gpu_a["numa"])
+    # The fixture's holder-a holds four GPUs that no source names.
+    assert gpu_a["unknownHeld"] == {"nvidia.com/gpu": {"count": 4, "pods": ["default/holder-a"]}}
     # Its twin took gpu-b's four NUMA-0 GPUs; that pod's departure would let this one in.
     assert _by_node(document)["gpu-b"]["whatIf"] == ["default/train-4gpu"]
 
