@@ -1,5 +1,6 @@
 """The `numasched explain NAMESPACE/POD` command: load a cluster as `simulate` does, let the scheduler
-place what it would (unless --as-is), then explain why the pod waits on every node.
+place what it would (unless --as-is), then explain why the pod waits on every node. With
+--kubeconfig the cluster is listed live instead (read only) and explained as it is.
 
 The rendering is here too: a table (node, fits, reason, NUMA picture, what-if) or the JSON that
 scheduler/explain.py builds (explain_pod's structure).
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from numasched.cache.cache import Cache
 from numasched.cache.simcluster import SimCluster
-from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_OK
+from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.cli_input_files import InputFileError
 from numasched.conf.loader import ConfigError
 from numasched.scheduler.builtin import default_registry
@@ -60,6 +61,19 @@ def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-cycles", type=int, default=100, help="scheduling cycles to run before explaining")
     parser.add_argument("--no-what-if", action="store_true", help="skip the search for pods whose departure helps")
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="explain against this live cluster (read only: lists Nodes, Pods, topologies, PodGroups, "
+        "Queues, PriorityClasses) instead of YAML files; --cluster, --workload and --as-is do not apply",
+    )
+    parser.add_argument("--context", default=None, help="the kubeconfig context to use (default: its current one)")
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="seconds allowed for each API request and for listing everything (live cluster only)",
+    )
 
 
 def pod_key(text: str) -> str:
@@ -74,17 +88,30 @@ async def run_explain(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"numasched explain: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    try:
-        inputs = [*read_inputs(args.cluster, "cluster.yaml"), *read_inputs(args.workload, "workload.yaml")]
-    except InputFileError as error:
-        print(f"numasched explain: {error}", file=sys.stderr)
-        return EXIT_INPUT
-    cache = Cache((args.scheduler_name,))
-    cluster = SimCluster(cache)
-    for text, source in inputs:
-        cluster.load_text(text, source)
-    if not args.as_is:
-        await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=False)
+    if args.kubeconfig:
+        if args.cluster or args.workload or args.as_is:
+            print("numasched explain: --cluster, --workload and --as-is do not go with --kubeconfig", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            cache = await live_cache(args.kubeconfig, args.context, args.scheduler_name, args.request_timeout)
+        except TimeoutError:
+            print(
+                f"numasched explain: the cluster was not listed within {args.request_timeout:g}s (--request-timeout)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
+    else:
+        try:
+            inputs = [*read_inputs(args.cluster, "cluster.yaml"), *read_inputs(args.workload, "workload.yaml")]
+        except InputFileError as error:
+            print(f"numasched explain: {error}", file=sys.stderr)
+            return EXIT_INPUT
+        cache = Cache((args.scheduler_name,))
+        cluster = SimCluster(cache)
+        for text, source in inputs:
+            cluster.load_text(text, source)
+        if not args.as_is:
+            await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=False)
     try:
         explanation = explain_in_cache(cache, config, registry, pod_key(args.pod), with_what_if=not args.no_what_if)
     except PodNotFound as error:
@@ -92,6 +119,33 @@ async def run_explain(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     sys.stdout.write(render(explanation, args.output))
     return EXIT_OK
+
+
+async def live_cache(kubeconfig: str, context: str | None, scheduler_name: str, timeout_s: float) -> Cache:
+    """A cache filled by listing the cluster once, as the scheduler's informers do (the same
+    kinds and conversions); the informers are stopped once every kind is listed. Raises
+    TimeoutError when that takes longer than timeout_s."""
+    import anyio
+    from kubernetes_asyncio import client
+
+    from numasched.cache.kube.informer import InformerTiming
+    from numasched.cache.kube.resources import build_informers
+    from numasched.scheduler.runner import client_configuration
+
+    cache = Cache((scheduler_name,))
+    configuration = await client_configuration(kubeconfig, context)
+    async with client.ApiClient(configuration) as api:
+        informers = build_informers(api, cache, timing=InformerTiming(request_timeout=timeout_s))
+        async with anyio.create_task_group() as group:
+            for informer in informers:
+                group.start_soon(informer.run)
+            try:
+                with anyio.fail_after(timeout_s):
+                    for informer in informers:
+                        await informer.synced.wait()
+            finally:
+                group.cancel_scope.cancel()
+    return cache
 
 
 def render(explanation: Explanation, output: str) -> str:
