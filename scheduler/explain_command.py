@@ -94,6 +94,9 @@ async def run_explain(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         try:
             cache = await live_cache(args.kubeconfig, args.context, args.scheduler_name, args.request_timeout)
+        except LiveConfigError as error:
+            print(f"numasched explain: kubeconfig {args.kubeconfig}: {error}", file=sys.stderr)
+            return EXIT_CONFIG
         except TimeoutError:
             print(
                 f"numasched explain: the cluster was not listed within {args.request_timeout:g}s (--request-timeout)",
@@ -121,29 +124,37 @@ async def run_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class LiveConfigError(Exception):
+    """The kubeconfig names no usable cluster (a missing context, no server)."""
+
+
 async def live_cache(kubeconfig: str, context: str | None, scheduler_name: str, timeout_s: float) -> Cache:
     """A cache filled by listing the cluster once, as the scheduler's informers do (the same
     kinds and conversions); the informers are stopped once every kind is listed. Raises
-    TimeoutError when that takes longer than timeout_s."""
+    TimeoutError when that takes longer than timeout_s, LiveConfigError for an unusable kubeconfig."""
     import anyio
     from kubernetes_asyncio import client
+    from kubernetes_asyncio.config import ConfigException
 
     from numasched.cache.kube.informer import InformerTiming
     from numasched.cache.kube.resources import build_informers
     from numasched.scheduler.runner import client_configuration
 
     cache = Cache((scheduler_name,))
-    configuration = await client_configuration(kubeconfig, context)
+    try:
+        configuration = await client_configuration(kubeconfig, context)
+    except ConfigException as error:
+        raise LiveConfigError(str(error)) from error
     async with client.ApiClient(configuration) as api:
         informers = build_informers(api, cache, timing=InformerTiming(request_timeout=timeout_s))
-        async with anyio.create_task_group() as group:
-            for informer in informers:
-                group.start_soon(informer.run)
-            try:
-                with anyio.fail_after(timeout_s):
-                    for informer in informers:
-                        await informer.synced.wait()
-            finally:
+        # The deadline is outside the task group: on expiry it cancels the informers too, and
+        # raises TimeoutError itself (not wrapped in an exception group).
+        with anyio.fail_after(timeout_s):
+            async with anyio.create_task_group() as group:
+                for informer in informers:
+                    group.start_soon(informer.run)
+                for informer in informers:
+                    await informer.synced.wait()
                 group.cancel_scope.cancel()
     return cache
 

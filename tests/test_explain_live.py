@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import yaml
 from kubeapi_server import KubeApiServer
 
 from numasched.cli import build_parser
-from numasched.cli_exit_codes import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.logconfig import configure_logging
 from numasched.scheduler.explain_command import run_explain
 
@@ -85,3 +87,34 @@ async def test_live_unknown_pod_is_an_input_error(
 async def test_files_do_not_go_with_a_live_cluster(server: KubeApiServer, tmp_path: Path) -> None:
     kubeconfig = _kubeconfig(server, tmp_path)
     assert await _run("x", "--kubeconfig", kubeconfig, "--cluster", str(FIXTURES / "cluster.yaml")) == EXIT_USAGE
+
+
+async def test_an_unreachable_cluster_ends_within_the_request_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Nothing listens on that port now: every list is refused and retried until the deadline.
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "gone", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "gone", "user": {"token": "t"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}],
+        "current-context": "gone",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    started = time.monotonic()
+    assert await _run("default/x", "--kubeconfig", str(path), "--request-timeout", "0.5") == EXIT_FAILURE
+    assert time.monotonic() - started < 5
+    assert "--request-timeout" in capsys.readouterr().err
+
+
+async def test_a_missing_context_is_a_configuration_error(
+    server: KubeApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = await _run("default/x", "--kubeconfig", _kubeconfig(server, tmp_path), "--context", "nope")
+    assert code == EXIT_CONFIG
+    assert "nope" in capsys.readouterr().err
