@@ -95,9 +95,12 @@ def queue_fingerprint(obj: Mapping[str, Any]) -> int:
     return _fingerprint(obj.get("spec"), _mapping(obj.get("status")).get("state"))
 
 
-def waiting_pod_fingerprint(obj: Mapping[str, Any]) -> int:
+def waiting_pod_view(obj: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """What scheduling reads of a pod, kept by reference (no copy, no serialisation: every new pod
+    passes here) and compared by value when the pod is updated. Sound because each watch event
+    is parsed afresh: no delivered object is changed in place afterwards."""
     metadata = _mapping(obj.get("metadata"))
-    return _fingerprint(metadata.get("labels"), metadata.get("annotations"), obj.get("spec"))
+    return metadata.get("labels"), metadata.get("annotations"), obj.get("spec")
 
 
 _FINGERPRINTS = {
@@ -125,8 +128,8 @@ class ClusterChanges:
     def __init__(self, scheduler_names: Iterable[str]) -> None:
         self._scheduler_names = frozenset(scheduler_names)
         self._fingerprints: dict[str, dict[str, int]] = {kind: {} for kind in _FINGERPRINTS}
-        # Unbound pods of ours, by uid: the fingerprint of what scheduling reads of them.
-        self._waiting_pods: dict[str, int] = {}
+        # Unbound pods of ours, by uid: what scheduling reads of them.
+        self._waiting_pods: dict[str, tuple[Any, Any, Any]] = {}
         # Bound pods already seen finished, so each frees its node once.
         self._finished: set[str] = set()
 
@@ -173,10 +176,10 @@ class ClusterChanges:
             return None
         if not self._ours_and_waiting(obj):
             return None
-        fingerprint = waiting_pod_fingerprint(obj)
+        view = waiting_pod_view(obj)
         previous = self._waiting_pods.get(uid)
-        self._waiting_pods[uid] = fingerprint
-        if previous is None or previous == fingerprint:
+        self._waiting_pods[uid] = view
+        if previous is None or previous == view:
             return None
         return ClusterChange(f"pod {object_name(obj)} changed", pod_uid=uid)
 
@@ -190,7 +193,7 @@ class ClusterChanges:
             self._finished.clear()
             for obj in objects:
                 if self._ours_and_waiting(obj):
-                    self._waiting_pods[pod_uid(obj)] = waiting_pod_fingerprint(obj)
+                    self._waiting_pods[pod_uid(obj)] = waiting_pod_view(obj)
                 elif _mapping(obj.get("status")).get("phase") in FINISHED_PHASES:
                     self._finished.add(pod_uid(obj))
         else:
