@@ -26,6 +26,7 @@ import attrs
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo, exclusive_cpus
 from numasched.api.resource import is_memory_resource
+from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.api.topology import CpuManagerPolicy, NumaTopology
 from numasched.cache.cache import Cache
@@ -238,6 +239,8 @@ def what_if(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[tuple[str, ..
         why = ", ".join(_reason(status) for status in left) if left else "refused"
         return None, f"even with every pod gone: {why}"
     keys = tuple(sorted(victim.key for unit in found for victim in unit.tasks))
+    if not keys:
+        return keys, "fits once the pods already terminating there are gone"
     return keys, f"fits once {len(keys)} pod(s) leave"
 
 
@@ -310,11 +313,19 @@ def explain_task(ssn: Session, task: TaskInfo, *, with_what_if: bool = True) -> 
 
 
 def explain_in_cache(
-    cache: Cache, config: SchedulerConfig, registry: Registry, key: str, *, with_what_if: bool = True
+    cache: Cache | ClusterSnapshot,
+    config: SchedulerConfig,
+    registry: Registry,
+    key: str,
+    *,
+    with_what_if: bool = True,
 ) -> Explanation:
-    """Open a session on the cache's snapshot as a cycle does and explain the pod `namespace/name`.
-    Raises PodNotFound when no pod of ours has that key."""
-    ssn = Session(cache.snapshot(), config, registry)
+    """Open a session on a snapshot as a cycle does and explain the pod `namespace/name`. Given the
+    cache, the snapshot is taken here; a caller whose cache an event loop updates takes it there and
+    passes the snapshot (the session may then run in a worker thread). Raises PodNotFound when no
+    pod of ours has that key."""
+    snapshot = cache.snapshot() if isinstance(cache, Cache) else cache
+    ssn = Session(snapshot, config, registry)
     ssn.open()
     try:
         task = find_task(ssn, key)
@@ -384,7 +395,7 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
 
 
 def explain_pod(
-    cache: Cache,
+    cache: Cache | ClusterSnapshot,
     config: SchedulerConfig,
     registry: Registry,
     namespace: str,
@@ -392,8 +403,9 @@ def explain_pod(
     *,
     with_what_if: bool = True,
 ) -> dict[str, Any]:
-    """The JSON-able explanation of pod namespace/name against the cache's current state (what
-    `numasched explain --output json` prints; the console can serve it). Raises PodNotFound."""
+    """The JSON-able explanation of pod namespace/name against the cache's current state, or a
+    snapshot of it (what `numasched explain --output json` prints; the console can serve it).
+    Raises PodNotFound."""
     return explanation_json(explain_in_cache(cache, config, registry, f"{namespace}/{name}", with_what_if=with_what_if))
 
 

@@ -313,3 +313,18 @@ def test_what_if_counts_only_departures_that_align() -> None:
     assert len(found) == fewest
     for name in found:
         assert not _frees_one_numa_node(free_ids, placed, tuple(other for other in found if other != name))
+
+
+def test_explain_pod_takes_the_cache_or_a_snapshot_of_it() -> None:
+    """The console takes the snapshot on its event loop and explains it in a worker thread."""
+    objects = [_node("full", NODE_CPUS)] + [_pod(name, cpus, "full") for name, cpus in SMALL_PODS.items()]
+    objects.append(_pod("wants", 6))
+    registry = default_registry()
+    config = load_config(None, registry)
+    cache = Cache(("numasched",))
+    cluster = SimCluster(cache)
+    for obj in objects:
+        cluster.add(obj)
+    from_snapshot = explain_pod(cache.snapshot(), config, registry, "default", "wants")
+    assert from_snapshot == explain_pod(cache, config, registry, "default", "wants")
+    assert from_snapshot["nodes"][0]["whatIf"] is not None
