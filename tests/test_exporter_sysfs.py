@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,19 @@ def test_damaged_files_degrade_only_their_part(tmp_path: Path) -> None:
     assert "sysfs file unreadable" in events
 
 
+@pytest.fixture
+def every_log_level() -> Iterator[None]:
+    """structlog as it comes out of the box, every level kept, whatever an earlier test configured
+    (a CLI run's configure_logging keeps warnings and above, and the fallback is logged at info)."""
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+
+
+@pytest.mark.usefixtures("every_log_level")
 def test_pci_numa_minus_one_falls_back_to_local_cpus(tmp_path: Path) -> None:
     machine = gen_sysfs.load_machine("hgx-h100")
     machine["devices"]["rdma/hca"][5]["sysfs_numa_node"] = -1
