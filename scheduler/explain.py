@@ -23,16 +23,18 @@ from typing import Any
 
 import attrs
 
+from numasched.api.hint import TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo, exclusive_cpus
 from numasched.api.resource import is_memory_resource
 from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo, TaskStatus
-from numasched.api.topology import CpuManagerPolicy, NumaTopology
+from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyScope
 from numasched.cache.cache import Cache
 from numasched.conf.model import SchedulerConfig
+from numasched.plugins.numaaware.admission import container_request, containers_in_order, pod_request
 from numasched.plugins.numaaware.policy import PolicyError, parse_policy
-from numasched.plugins.numaaware.providers.base import free_resources
+from numasched.plugins.numaaware.providers.base import HintProvider, free_resources
 from numasched.scheduler.actions.preempt import VictimSearch, could_fit, units_for, victim_order
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import Session
@@ -103,6 +105,7 @@ class NodeVerdict:
     # Per resource: how many ids pods hold whose ids no source reports, and those pods. Any of
     # the free ids in the picture may be theirs.
     unknown_held: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+    hints: tuple[ProviderHint, ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -200,6 +203,56 @@ def numa_picture(task: TaskInfo, node: NodeInfo) -> tuple[NumaNodeView, ...]:
     return tuple(views)
 
 
+@attrs.frozen(slots=True)
+class ProviderHint:
+    """What one hint provider could offer for one resource of one alignment unit (a container, or
+    the pod in pod scope), on the node as it is: its best hint (a preferred hint on the fewest
+    NUMA nodes), "no preference", or that nothing on the node can satisfy it."""
+
+    unit: str
+    provider: str
+    resource: str
+    best: str
+
+
+def _best_hint(hints: list[TopologyHint] | None) -> str:
+    if hints is None:
+        return "no preference"
+    if not hints:
+        return "cannot be satisfied on this node"
+    ranked = sorted(
+        hints, key=lambda hint: (not hint.preferred, hint.affinity.count() if hint.affinity is not None else 0)
+    )
+    return ranked[0].describe()
+
+
+def provider_hints(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[ProviderHint, ...]:
+    """Each configured hint provider's best hint per resource, per alignment unit, against what is
+    free on the node now (in container scope every container is asked against the same free
+    resources: the kubelet would subtract the earlier containers' picks first)."""
+    topology = node.topology
+    plugin = ssn.plugins.get(NUMA_AWARE)
+    providers: list[HintProvider] = list(getattr(plugin, "providers", ()) or ())
+    if topology is None or not providers:
+        return ()
+    if topology.policies.topology_manager_scope is TopologyScope.POD:
+        requests = [pod_request(task)]
+    else:
+        requests = [container_request(task, container) for container in containers_in_order(task)]
+    free = free_resources(node)
+    found: list[ProviderHint] = []
+    for request in requests:
+        for provider in providers:
+            try:
+                hints = provider.hints(request, topology, free)
+            except Exception as error:  # a third-party provider's fault is shown, not raised
+                found.append(ProviderHint(request.describe(), provider.name, "*", f"failed: {error}"))
+                continue
+            for resource, resource_hints in sorted((hints or {}).items()):
+                found.append(ProviderHint(request.describe(), provider.name, resource, _best_hint(resource_hints)))
+    return tuple(found)
+
+
 def wants_numa_picture(task: TaskInfo, node: NodeInfo, status: Status | None) -> bool:
     """Refused by numa-aware, or a node with topology where the pod would hold pinned resources."""
     if node.topology is None:
@@ -255,8 +308,9 @@ def verdict_for(ssn: Session, task: TaskInfo, node: NodeInfo, *, with_what_if: b
         if picture
         else ()
     )
+    hints = provider_hints(ssn, task, node) if picture else ()
     if status is None:
-        return NodeVerdict(node.name, True, policy=policy, numa=numa, what_if=(), unknown_held=unknown)
+        return NodeVerdict(node.name, True, policy=policy, numa=numa, what_if=(), unknown_held=unknown, hints=hints)
     found: tuple[str, ...] | None = None
     note = ""
     if with_what_if:
@@ -272,6 +326,7 @@ def verdict_for(ssn: Session, task: TaskInfo, node: NodeInfo, *, with_what_if: b
         what_if=found,
         what_if_note=note,
         unknown_held=unknown,
+        hints=hints,
     )
 
 
@@ -377,6 +432,10 @@ def verdict_json(verdict: NodeVerdict) -> dict[str, Any]:
         "numa": numa,
         "whatIf": None if verdict.what_if is None else list(verdict.what_if),
         "whatIfNote": verdict.what_if_note,
+        "hints": [
+            {"unit": hint.unit, "provider": hint.provider, "resource": hint.resource, "best": hint.best}
+            for hint in verdict.hints
+        ],
         "unknownHeld": {
             resource: {"count": count, "pods": list(pods)} for resource, count, pods in verdict.unknown_held
         },

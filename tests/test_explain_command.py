@@ -25,7 +25,7 @@ from numasched.scheduler.explain import explain_pod
 from numasched.scheduler.simulate import load_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "thirdparty" / "volcano-issue-4998"
-NODE_KEYS = {"node", "fits", "plugin", "reason", "policy", "numa", "whatIf", "whatIfNote", "unknownHeld"}
+NODE_KEYS = {"node", "fits", "plugin", "reason", "policy", "numa", "whatIf", "whatIfNote", "unknownHeld", "hints"}
 
 
 def _explain_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -79,6 +79,10 @@ def test_a_pod_that_fits_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert nodes["gpu-b"]["reason"] == ""
     assert nodes["gpu-a"]["fits"] is False
     assert document["summary"] == "1/2 nodes can take the pod"
+    # gpu-b's free GPUs are 0-3, all on NUMA 0 (the fixture's notes): the device provider's best
+    # hint is NUMA 0, preferred.
+    (gpu_hint,) = [hint for hint in nodes["gpu-b"]["hints"] if hint["resource"] == "nvidia.com/gpu"]
+    assert gpu_hint["best"] == "0 (preferred)"
     assert document["placedOn"] is None
 
 
