@@ -280,6 +280,9 @@ class BindPipeline:
         # Assumed and queued but not taken by a bind worker yet: forgotten if never sent.
         self.unsent: dict[str, BindRequest] = {}
         self._open: set[_CycleBinds] = set()
+        # Set when the unsent binds drop to the limit someone waits for (wait_for_room).
+        self._room: anyio.Event | None = None
+        self._room_limit = 0
 
     def queue(self, work: _Work) -> bool:
         """On the loop: queue work for the workers; False when the pipeline is closed."""
@@ -296,6 +299,20 @@ class BindPipeline:
     def close(self) -> None:
         """No more work: the workers finish what is queued (or skip it, once stopping) and end."""
         self._send.close()
+
+    async def wait_for_room(self, limit: int, stop: anyio.Event) -> None:
+        """Until at most `limit` binds wait for a worker, or `stop` is set. Deciding more while
+        binds queue up (a slow API server) would only lengthen the queue and what is assumed."""
+        while len(self.unsent) > limit and not stop.is_set():
+            self._room_limit = limit
+            self._room = anyio.Event()
+            await _first_of(stop, self._room)
+            self._room = None
+
+    def _taken(self, uid: str) -> None:
+        self.unsent.pop(uid, None)
+        if self._room is not None and len(self.unsent) <= self._room_limit:
+            self._room.set()
 
     def _done_with(self, work: _Work) -> None:
         work.cycle.finished_one()
@@ -330,7 +347,7 @@ class BindPipeline:
         async with receive:
             async for work in receive:
                 if isinstance(work, _BindWork):
-                    self.unsent.pop(work.request.task.uid, None)
+                    self._taken(work.request.task.uid)
                     await _bind_one(work.request, binding, work.cycle.outcomes)
                 elif not binding.stopping():
                     await _report(work.call, _log.bind(subject=work.subject))
@@ -340,6 +357,8 @@ class BindPipeline:
         for uid in self.unsent:
             self.binding.cache.forget(uid)
         self.unsent.clear()
+        if self._room is not None:
+            self._room.set()
 
 
 class _BindStream:
@@ -409,6 +428,18 @@ class _BindStream:
             self.delivered.append(request)
         if batch:
             self._loop.call_later(self._wake_interval_s, self.deliver)
+
+
+async def _first_of(*events: anyio.Event) -> None:
+    """Until any of `events` is set."""
+    async with anyio.create_task_group() as group:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            group.cancel_scope.cancel()
+
+        for event in events:
+            group.start_soon(wait, event)
 
 
 async def _bind_one(request: BindRequest, binding: _Binding, outcomes: dict[str, BindOutcome]) -> None:
@@ -693,8 +724,9 @@ async def run_loop(
     early (pods arrived, or waiting pods may fit now).
 
     One bind pipeline serves every cycle, so the next cycle may decide while the last one's binds
-    are in flight (its snapshot sees them assumed); on_cycle hears of each cycle once its binds
-    and reports are done. Once `stop` is set no new cycle starts, nothing not yet sent is sent,
+    are in flight (its snapshot sees them assumed), but not while more than bind_concurrency of
+    them still wait for a worker; on_cycle hears of each cycle once its binds and reports are
+    done. Once `stop` is set no new cycle starts, nothing not yet sent is sent,
     and the binds in flight get shutdown_grace_s. Returns the number of cycles run."""
     if not math.isfinite(period_s) or period_s <= 0:
         raise ValueError(f"schedule period must be a positive number of seconds, got {period_s!r}")
@@ -718,6 +750,10 @@ async def run_loop(
         group.start_soon(pipeline.run, stop, shutdown_grace_s)
         try:
             while not stop.is_set():
+                # While a round of binds still waits for a worker, the next cycle waits for it.
+                await pipeline.wait_for_room(pipeline.concurrency, stop)
+                if stop.is_set():
+                    break
                 started = time.monotonic()
                 if trigger is not None:
                     # Arrivals from now on are for the next cycle; this one's snapshot sees those.

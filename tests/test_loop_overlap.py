@@ -143,9 +143,9 @@ async def test_the_next_cycle_decides_and_binds_while_the_last_ones_bind_is_in_f
 @pytest.mark.anyio
 async def test_a_stop_sends_nothing_more_and_forgets_every_unsent_placement_across_cycles() -> None:
     cache = Cache()
-    cache.pods.extend(f"a{index}" for index in range(5))
-    gate = anyio.Event()
-    binder = GatedBinder(cache, {"a0": gate})
+    cache.pods.extend(f"a{index}" for index in range(3))
+    gates = {"a0": anyio.Event(), "a1": anyio.Event()}
+    binder = GatedBinder(cache, dict(gates))
     trigger = CycleTrigger()
     stop = anyio.Event()
     with anyio.fail_after(20):
@@ -159,24 +159,25 @@ async def test_a_stop_sends_nothing_more_and_forgets_every_unsent_placement_acro
                     Reporter(),
                     period_s=30.0,
                     stop=stop,
-                    bind_concurrency=1,
+                    bind_concurrency=2,
                     trigger=trigger,
                     min_cycle_interval_s=0.0,
                     shutdown_grace_s=5.0,
                 )
             )
-            await wait_for(lambda: ("sent", "a0") in binder.journal, "the first bind")
-            # A second cycle queues behind the one worker.
+            await wait_for(lambda: len(binder.journal) == 2, "two binds in flight")
+            # One bind waits for the two workers (within the limit): a second cycle queues behind.
             cache.pods.extend(["b0", "b1"])
             trigger.ask()
             await wait_for(lambda: {"b0", "b1"} <= set(cache.assumed), "the second cycle's placements")
             stop.set()
-            # The bind in flight gets its grace and lands; nothing else is sent.
-            gate.set()
-    assert [entry for entry in binder.journal if entry[0] == "sent"] == [("sent", "a0")]
-    assert cache.bound == {"a0"}
+            # The binds in flight get their grace and land; nothing else is sent.
+            for gate in gates.values():
+                gate.set()
+    assert sorted(entry for entry in binder.journal if entry[0] == "sent") == [("sent", "a0"), ("sent", "a1")]
+    assert cache.bound == {"a0", "a1"}
     assert cache.assumed == {}
-    assert sorted(cache.forgotten) == ["a1", "a2", "a3", "a4", "b0", "b1"]
+    assert sorted(cache.forgotten) == ["a2", "b0", "b1"]
 
 
 @pytest.mark.anyio
@@ -204,3 +205,39 @@ async def test_a_cancelled_loop_leaves_nothing_assumed() -> None:
     assert cache.bound == set()
     assert cache.assumed == {}
     assert sorted(cache.forgotten) == ["a0", "a1", "a2", "a3"]
+
+
+@pytest.mark.anyio
+async def test_no_new_cycle_while_more_binds_wait_than_there_are_workers() -> None:
+    cache = Cache()
+    cache.pods.extend(f"a{index}" for index in range(5))
+    gate = anyio.Event()
+    binder = GatedBinder(cache, {"a0": gate})
+    trigger = CycleTrigger()
+    stop = anyio.Event()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                lambda: run_loop(
+                    cache,
+                    lambda: CONFIG,
+                    default_registry(),
+                    binder,
+                    Reporter(),
+                    period_s=30.0,
+                    stop=stop,
+                    bind_concurrency=1,
+                    trigger=trigger,
+                    min_cycle_interval_s=0.0,
+                )
+            )
+            await wait_for(lambda: ("sent", "a0") in binder.journal, "the first bind")
+            # a0 hangs in the one worker, a1-a4 wait for it: a new pod does not start a cycle.
+            cache.pods.append("b0")
+            trigger.ask()
+            await anyio.sleep(0.2)
+            assert "b0" not in cache.assumed and "b0" not in cache.bound
+            gate.set()
+            await wait_for(lambda: "b0" in cache.bound, "b0 bound once the queue drained")
+            stop.set()
+    assert cache.bound == {"a0", "a1", "a2", "a3", "a4", "b0"}
