@@ -336,6 +336,7 @@ class SchedulerRunner:
                 config_file=options.config_file,
                 known_plugins=self.registry.known_plugin_names(),
                 known_actions=self.registry.known_action_names(),
+                registry=self.registry,
                 timeout_s=options.request_timeout,
             )
             if options.console.enabled

@@ -163,13 +163,13 @@ async def run_simulate(args: argparse.Namespace) -> int:
         code = EXIT_UNPLACED
     if args.serve is not None:
         sys.stdout.flush()
-        serve_code = await serve_console(cache, config, args.serve)
+        serve_code = await serve_console(cache, config, registry, args.serve)
         if serve_code != EXIT_OK:
             return serve_code
     return code
 
 
-async def serve_console(cache: Cache, config: SchedulerConfig, address: str) -> int:
+async def serve_console(cache: Cache, config: SchedulerConfig, registry: Registry, address: str) -> int:
     """Serve the console of the simulated cluster on address until SIGINT or SIGTERM."""
     import signal
 
@@ -186,7 +186,7 @@ async def serve_console(cache: Cache, config: SchedulerConfig, address: str) -> 
         print(f"numasched simulate: --serve: {error}", file=sys.stderr)
         return EXIT_CONFIG
     metrics = SchedulerMetrics()
-    console = simulation_console(cache, ConfigSource(config), metrics)
+    console = simulation_console(cache, ConfigSource(config), metrics, registry)
     server = HealthServer(
         metrics,
         live=lambda: None,

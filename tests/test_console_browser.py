@@ -129,3 +129,16 @@ def test_filters_from_the_address_hide_the_other_tiles(console: str) -> None:
     assert visible(dom(f"{console}/ui/?policy=restricted")) == ["hgx-0"]
     assert visible(dom(f"{console}/ui/?model=Tesla+V100-SXM2-32GB")) == ["dgx1-0"]
     assert visible(dom(f"{console}/ui/?label=numasched.io%2Fmachine%3Depyc-1s-nps4")) == ["epyc-0", "epyc-1"]
+
+
+def test_a_pending_pod_links_to_its_explanation(console: str) -> None:
+    pending = dom(f"{console}/ui/pending")
+    assert '<a href="/ui/explain/default/too-big-0">explain, node by node</a>' in pending
+    page = dom(f"{console}/ui/explain/default/too-big-0")
+    explained = re.search(r'<pre id="explain">(.*?)</pre>', page, re.S)
+    assert explained, "no explanation drawn"
+    # numasched explain names every node of the example with its verdict.
+    for node in ("a100-0", "dgx1-0", "epyc-0", "epyc-1", "hgx-0", "hgx-1", "l40s-0"):
+        assert node in explained.group(1), node
+    missing = dom(f"{console}/ui/explain/default/no-such-pod")
+    assert 'class="reason"' in missing and "no-such-pod" in missing

@@ -17,6 +17,7 @@ from numasched.scheduler.console.policy_configmap import ConfigMapPolicyStore
 from numasched.scheduler.console.policy_store import PolicyStore, ReadOnlyPolicyStore
 from numasched.scheduler.console.server import Console, PolicyAccess, write_request_for
 from numasched.scheduler.console.wiring import ConsoleOptions, assemble_console
+from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.metrics import SchedulerMetrics
 
 
@@ -31,6 +32,7 @@ def cluster_console(
     config_file: Path | None,
     known_plugins: Collection[str],
     known_actions: Collection[str],
+    registry: Registry | None = None,
     timeout_s: float,
 ) -> Console:
     """The console of a scheduler running against a cluster: reads reviewed by the cluster unless
@@ -56,4 +58,5 @@ def cluster_console(
         write = ClosedAccess(reason)
         write_request = write_request_for("", "")
     read: Access = OpenAccess() if options.anonymous_reads else reviews
-    return assemble_console(cache, config_source, metrics, store, PolicyAccess(read, write, write_request))
+    access = PolicyAccess(read, write, write_request)
+    return assemble_console(cache, config_source, metrics, store, access, registry)

@@ -421,9 +421,27 @@ def _pending(pod: PendingPod) -> str:
     return (
         f'<article class="pending" data-pod="{_e(pod.key)}"><h2>{_e(pod.key)}</h2>'
         f'<p class="reason">{_e(pod.reason)}</p>'
+        f'<p class="explain"><a href="{_e(explain_href(pod.key))}">explain, node by node</a></p>'
         f'<p class="asked">asks: {_e(", ".join(asked) or "no pinned resources")}</p>'
         f'<table class="fits"><tr>{head}</tr>{"".join(rows)}</table>{more}</article>'
     )
+
+
+def explain_href(key: str) -> str:
+    namespace, _, name = key.partition("/")
+    return f"{UI_PREFIX}/explain/{quote(namespace, safe='')}/{quote(name, safe='')}"
+
+
+def explain_page(key: str, text: str | None, problem: str, what_if: bool) -> str:
+    """`numasched explain`'s table for one pod, as it prints it."""
+    toggle = (
+        f'<a href="{_e(explain_href(key))}">without the what-if</a>'
+        if what_if
+        else f'<a href="{_e(explain_href(key))}?what_if=1">with the what-if (which departures would make room)</a>'
+    )
+    if text is None:
+        return f'<h1>Explain {_e(key)}</h1><p class="reason">{_e(problem)}</p>'
+    return f'<h1>Explain {_e(key)}</h1><p>{toggle}</p><pre id="explain">{_e(text)}</pre>'
 
 
 def problems_page(view: ClusterView) -> str:

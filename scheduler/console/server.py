@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import attrs
 import structlog
 from aiohttp import web
@@ -41,6 +42,8 @@ from numasched.scheduler.console.view import (
     pending_tasks,
     problems_by_node,
 )
+from numasched.scheduler.explain import PodNotFound
+from numasched.scheduler.framework.registry import Registry
 
 log = structlog.get_logger("numasched.console")
 
@@ -87,6 +90,10 @@ class CacheViews:
 
     def view(self) -> ClusterView:
         return self._fresh().view
+
+    def snapshot_now(self) -> ClusterSnapshot:
+        """A fresh snapshot of its own (explain opens a session on it, which may change it)."""
+        return self._cache.snapshot()
 
     def latest(self) -> ClusterView:
         """The view last built, never a new one: safe off the event loop (the metrics exposition
@@ -136,12 +143,16 @@ class Console:
         generation: Callable[[], int],
         store: PolicyStore,
         access: PolicyAccess,
+        *,
+        registry: Registry | None = None,
     ) -> None:
         self.views = views
         self._config = config
         self._generation = generation
         self._store = store
         self._access = access
+        # For `numasched explain` of a pending pod (none: no explain page).
+        self._registry = registry
 
     def install(self, app: web.Application) -> None:
         app.router.add_get("/ui", self._redirect_home)
@@ -149,6 +160,7 @@ class Console:
         app.router.add_get("/ui/nodes/{name}", self._node)
         app.router.add_get("/ui/pending", self._pending)
         app.router.add_get("/ui/problems", self._problems)
+        app.router.add_get("/ui/explain/{namespace}/{name}", self._explain)
         app.router.add_get("/ui/api/view", self._view_json)
         app.router.add_get("/ui/static/console.css", self._css)
         app.router.add_get("/ui/static/console.js", self._js)
@@ -200,6 +212,29 @@ class Console:
 
     async def _problems(self, request: web.Request) -> web.Response:
         return await self._page(request, "Problems", render.problems_page)
+
+    async def _explain(self, request: web.Request) -> web.Response:
+        """`numasched explain` of one pod, on a snapshot taken here (on the event loop) and
+        explained in a worker thread; ?what_if=1 adds which departures would make room."""
+        refused = await self._read_refused(request)
+        if refused is not None:
+            return refused
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        what_if = request.query.get("what_if") == "1"
+        if self._registry is None:
+            content = render.explain_page(key, None, "explain is not available here", what_if)
+        else:
+            snapshot = self.views.snapshot_now()
+            try:
+                text = await anyio.to_thread.run_sync(
+                    explain_text, snapshot, self._config(), self._registry, key, what_if
+                )
+            except PodNotFound as error:
+                content = render.explain_page(key, None, str(error), what_if)
+            else:
+                content = render.explain_page(key, text, "", what_if)
+        body = content if request.query.get("fragment") == "1" else render.page(key, content, view=self.views.view())
+        return web.Response(text=body, content_type="text/html", charset="utf-8", headers=_NO_STORE)
 
     async def _view_json(self, request: web.Request) -> web.Response:
         refused = await self._read_refused(request)
@@ -261,6 +296,16 @@ def _json(document: Any, status: int = 200, headers: dict[str, str] | None = Non
 
 def _dumps(document: Any) -> str:
     return json.dumps(document, sort_keys=False, default=str)
+
+
+def explain_text(
+    snapshot: ClusterSnapshot, config: SchedulerConfig, registry: Registry, key: str, what_if: bool
+) -> str:
+    """The table `numasched explain` prints for the pod (runs in a worker thread)."""
+    from numasched.scheduler.explain import explain_in_cache
+    from numasched.scheduler.explain_command import render_table
+
+    return render_table(explain_in_cache(snapshot, config, registry, key, with_what_if=what_if))
 
 
 def write_request_for(namespace: str, name: str) -> ResourceRequest:

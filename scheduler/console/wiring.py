@@ -14,6 +14,7 @@ from numasched.scheduler.console.access import ClosedAccess, OpenAccess
 from numasched.scheduler.console.gauges import NumaGauges
 from numasched.scheduler.console.policy_store import PolicyStore, ReadOnlyPolicyStore
 from numasched.scheduler.console.server import CacheViews, Console, PolicyAccess, write_request_for
+from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.metrics import SchedulerMetrics
 
 
@@ -47,19 +48,26 @@ class ConsoleOptions:
 DEFAULT_CONSOLE_OPTIONS = ConsoleOptions()
 
 
-def simulation_console(cache: Cache, config_source: ConfigSource, metrics: SchedulerMetrics) -> Console:
+def simulation_console(
+    cache: Cache, config_source: ConfigSource, metrics: SchedulerMetrics, registry: Registry | None = None
+) -> Console:
     """The console of a simulated cluster: open to read; the policy cannot be changed (there is no
     cluster to review a write, and no scheduler running on to use it)."""
     reason = "a simulated cluster's configuration is fixed; change it with --config and simulate again"
     store = ReadOnlyPolicyStore("simulation", reason)
     access = PolicyAccess(OpenAccess(), ClosedAccess(reason), write_request_for("", ""))
-    return assemble_console(cache, config_source, metrics, store, access)
+    return assemble_console(cache, config_source, metrics, store, access, registry)
 
 
 def assemble_console(
-    cache: Cache, config_source: ConfigSource, metrics: SchedulerMetrics, store: PolicyStore, access: PolicyAccess
+    cache: Cache,
+    config_source: ConfigSource,
+    metrics: SchedulerMetrics,
+    store: PolicyStore,
+    access: PolicyAccess,
+    registry: Registry | None = None,
 ) -> Console:
     views = CacheViews(cache)
     generation: Callable[[], int] = lambda: config_source.generation  # noqa: E731 - read at each request
     metrics.watch_numa(NumaGauges(views.latest))
-    return Console(views, config_source.current, generation, store, access)
+    return Console(views, config_source.current, generation, store, access, registry=registry)
