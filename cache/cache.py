@@ -26,6 +26,7 @@ import structlog
 from numasched.api.allocation import PodAllocation, ReportedAllocations
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo, UnknownHolder, pinned_holdings, unknown_part
+from numasched.api.pod_fingerprint import pods_fingerprint
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import QosClass, TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology
@@ -46,7 +47,6 @@ from numasched.cache.convert_topology import (
     pod_allocation_report,
 )
 from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent, object_key, object_name
-from numasched.cache.pod_fingerprint import pods_fingerprint
 
 log = structlog.get_logger("numasched.cache")
 

@@ -16,6 +16,7 @@ from numasched.api.allocation import ContainerAllocation, PodAllocation
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
 from numasched.api.numamask import NumaMask
+from numasched.api.pod_fingerprint import pods_fingerprint, xxh64
 from numasched.api.resource import Resource
 from numasched.api.task import ContainerInfo, QosClass, TaskInfo, TaskStatus
 from numasched.api.topology import (
@@ -28,7 +29,6 @@ from numasched.api.topology import (
 )
 from numasched.cache.cache import Cache
 from numasched.cache.events import EventType, ObjectEvent
-from numasched.cache.pod_fingerprint import pods_fingerprint, xxh64
 from numasched.conf.loader import ConfigError, load_config_text
 from numasched.plugins.numaaware.providers.cpu import cpu_hints
 from numasched.scheduler.builtin import default_registry

@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, given, settings
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION, allocation_from_json
 from numasched.api.idset import IdSet
+from numasched.api.pod_fingerprint import pods_fingerprint
 from numasched.api.topology import TopologyPolicy
 from numasched.cache.cache import Cache
 from numasched.cache.machine_shapes import machine_objects, reserved_cpus_for
-from numasched.cache.pod_fingerprint import pods_fingerprint
 from numasched.cache.simcluster import ClusterEvent, SimCluster
 from numasched.conf.loader import load_config_text
 from numasched.scheduler.builtin import default_registry

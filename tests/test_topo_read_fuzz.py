@@ -12,10 +12,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from numasched.api.allocation import POD_ALLOCATIONS_ANNOTATION
+from numasched.api.device_topology import DEVICE_TOPOLOGY_ANNOTATION
 from numasched.cache.convert_pod import ConversionError
 from numasched.cache.convert_topology import (
-    DEVICE_TOPOLOGY_ANNOTATION,
-    POD_ALLOCATIONS_ANNOTATION,
     nrt_pod_allocation_report,
     nrt_to_topology,
     numatopology_to_topology,

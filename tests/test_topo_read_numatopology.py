@@ -18,18 +18,19 @@ from typing import Any
 
 import pytest
 
-from numasched.api.allocation import ContainerAllocation, PodAllocation, merge_pod_allocations
+from numasched.api.allocation import (
+    POD_ALLOCATIONS_ANNOTATION,
+    ContainerAllocation,
+    PodAllocation,
+    merge_pod_allocations,
+)
+from numasched.api.device_topology import DEVICE_TOPOLOGY_ANNOTATION
 from numasched.api.idset import IdSet
+from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
 from numasched.api.numamask import NumaMask
 from numasched.api.topology import CpuManagerPolicy, TopologyPolicy
 from numasched.cache.convert_pod import ConversionError
-from numasched.cache.convert_topology import (
-    DEVICE_TOPOLOGY_ANNOTATION,
-    POD_ALLOCATIONS_ANNOTATION,
-    numatopology_to_topology,
-    pod_allocation_report,
-)
-from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, format_numa_detail
+from numasched.cache.convert_topology import numatopology_to_topology, pod_allocation_report
 
 
 def cpu_detail() -> dict[str, dict[str, int]]:

@@ -24,17 +24,13 @@ import pytest
 import yaml
 from conftest import load_hack_module
 
-from numasched.api.allocation import allocation_from_mapping
+from numasched.api.allocation import POD_ALLOCATIONS_ANNOTATION, allocation_from_mapping
+from numasched.api.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
+from numasched.api.pod_fingerprint import pods_fingerprint
 from numasched.api.topology import TopologyPolicy, TopologyScope
 from numasched.cache.convert_topology import nrt_to_topology, numatopology_to_topology, pod_allocation_report
-from numasched.cache.numa_detail import NUMA_DETAIL_ANNOTATION, apply_numa_detail, parse_numa_detail
-from numasched.cache.pod_fingerprint import pods_fingerprint
 from numasched.exporter.command import GpuCache, build_parser, discover
-from numasched.exporter.numatopology import (
-    POD_ALLOCATIONS_ANNOTATION,
-    node_resource_topology_object,
-    numatopology_object,
-)
+from numasched.exporter.numatopology import node_resource_topology_object, numatopology_object
 from numasched.exporter.podresources.client import usage_from_responses
 from numasched.exporter.report import NodeReport, build_report, parse_device_id_formats
 from numasched.exporter.usage import (

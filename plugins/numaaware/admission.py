@@ -44,6 +44,7 @@ from numasched.api.allocation import ContainerAllocation, PodAllocation
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask
+from numasched.api.resource import is_memory_resource
 from numasched.api.task import ContainerInfo, TaskInfo
 from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyPolicy, TopologyScope
 from numasched.plugins.numaaware.policy import merge
@@ -166,7 +167,7 @@ def _memory_groups(pool: FreeResources, assigned: Mapping[str, Assigned]) -> Fre
 
 
 def _format_amount(resource: str, amount: float) -> str:
-    if resource == "memory" or resource.startswith("hugepages-"):
+    if is_memory_resource(resource):
         return f"{amount / _GIB:g}Gi" if amount >= _GIB else f"{amount:g}"
     return f"{amount:g}"
 

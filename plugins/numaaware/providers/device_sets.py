@@ -31,7 +31,7 @@ import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from numasched.api.topology import DeviceGroup, DeviceInfo, DeviceLink, NumaTopology, PcieDistance
+from numasched.api.topology import DeviceGroup, DeviceInfo, DeviceLink, NumaTopology, PcieDistance, derived_pcie
 
 # Exact search up to this many candidate devices; a greedy pass beyond.
 EXACT_SEARCH_LIMIT = 16
@@ -68,15 +68,6 @@ class SetQuality(NamedTuple):
 
 def pcie_closeness(distance: PcieDistance | None) -> int:
     return 0 if distance is None else _PCIE_CLOSENESS_TOP - int(distance)
-
-
-def derived_pcie(first: DeviceInfo, second: DeviceInfo) -> PcieDistance | None:
-    """The PCIe path of two devices known only from their switch and NUMA node."""
-    if first.pci_switch is not None and first.pci_switch == second.pci_switch:
-        return PcieDistance.PIX
-    if first.numa is None or second.numa is None:
-        return None
-    return PcieDistance.NODE if first.numa == second.numa else PcieDistance.SYS
 
 
 def pair_weight(topology: NumaTopology, first: tuple[str, DeviceInfo], second: tuple[str, DeviceInfo]) -> PairWeight:
