@@ -503,7 +503,9 @@ def test_the_derivation_finds_the_calls_it_must() -> None:
     assert ("coordination.k8s.io", "leases", "get") in derived["scheduler"]
     assert any(group == "nodeinfo.volcano.sh" and verb == "create" for group, _, verb in derived["exporter"])
     assert ("nodeinfo.volcano.sh", "numatopologies", "watch") in derived["scheduler"]
-    assert {(g, r) for g, r, v in derived["exporter"] if v == "watch"} == {("", "pods")}  # the agent's watch of its node's pods
+    assert {(g, r) for g, r, v in derived["exporter"] if v == "watch"} == {
+        ("", "pods")
+    }  # the agent's watch of its node's pods
 
 
 def test_request_shapes_from_the_generated_client() -> None:
