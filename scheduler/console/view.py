@@ -154,7 +154,7 @@ class NodeView:
     labels: tuple[tuple[str, str], ...] = ()
     ready: bool = True
     unschedulable: bool = False
-    pods: tuple[PlacedPod, ...] = ()
+    pods: tuple[PlacedPod, ...] = ()  # on the node's own view only (detail)
     problems: tuple[str, ...] = ()
     # "ids" (CPU and device ids known), "counts" (NodeResourceTopology: per-NUMA counts only),
     # "missing" or "rejected"
@@ -302,10 +302,10 @@ def node_view(
     *,
     detail: bool = False,
 ) -> NodeView:
-    """A node's view; detail adds every CPU with its state and holder, and the device links (the
-    node's own page)."""
+    """A node's view; detail adds the pods placed there with their decisions, every CPU with its
+    state and holder, the holder of each device and the device links (the node's own page)."""
     topology = node.topology
-    pods = tuple(_placed(task) for task in sorted(node.tasks.values(), key=lambda task: task.key))
+    pods = tuple(_placed(task) for task in sorted(node.tasks.values(), key=lambda task: task.key)) if detail else ()
     base = NodeView(
         name=node.name,
         labels=tuple(sorted(node.labels.items())),
@@ -317,7 +317,7 @@ def node_view(
     if topology is None:
         state = "rejected" if without_topology.startswith("rejected") else "missing"
         return attrs.evolve(base, topology=state, topology_problem=node.topology_error or without_topology)
-    cpu_holder, device_holder = _holders(node)
+    cpu_holder, device_holder = _holders(node) if detail else ({}, {})
     devices_by_numa: dict[int | None, list[DeviceCell]] = {}
     for resource in sorted(topology.devices):
         for cell in _device_cells(node, topology, resource, device_holder):
