@@ -40,9 +40,9 @@ from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import JobUpdate, PluginOpenError, Session
 from numasched.scheduler.framework.statement import CommittedBinds, Eviction
 from numasched.scheduler.framework.status import PluginFault
-from numasched.scheduler.loop_unschedulable import DEFAULT_BACKOFF, BackoffPolicy, UnschedulablePods
-
-__all__ = ["DEFAULT_BACKOFF", "BackoffPolicy"]  # re-exported: the runner and tests read them here
+from numasched.scheduler.loop_unschedulable import DEFAULT_BACKOFF as DEFAULT_BACKOFF  # re-exported
+from numasched.scheduler.loop_unschedulable import BackoffPolicy as BackoffPolicy  # re-exported
+from numasched.scheduler.loop_unschedulable import UnschedulablePods
 
 _log = structlog.get_logger(__name__)
 
