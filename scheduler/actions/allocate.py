@@ -149,8 +149,12 @@ def feasible_nodes(
     *,
     check_resources: bool,
     nodes_to_find: int | None = None,
+    first_fit: bool = False,
 ) -> list[NodeInfo]:
     """Nodes that pass; why each other node failed is recorded on the session.
+
+    With first_fit the scan goes in the nodes' order and stops at the first node that passes
+    (backfill's walk), leaving the scan offset alone.
 
     With nodes_to_find below len(nodes) the scan starts at the session's scan offset, stops once
     that many nodes have passed, and moves the offset past the nodes it visited. A scan that
@@ -167,10 +171,10 @@ def feasible_nodes(
         if _still_fits_nowhere(ssn, task, nodes, check_resources, (check_resources, class_key), answers):
             return []
     total = len(nodes)
-    sampled = nodes_to_find is not None and nodes_to_find < total
+    sampled = not first_fit and nodes_to_find is not None and nodes_to_find < total
     start = ssn.node_scan_offset % total if sampled and total else 0
     order = nodes if start == 0 else [*nodes[start:], *nodes[:start]]
-    wanted = nodes_to_find if sampled and nodes_to_find is not None else total
+    wanted = 1 if first_fit else nodes_to_find if sampled and nodes_to_find is not None else total
     passing: list[NodeInfo] = []
     failures: dict[str, Sequence[Status]] = {}
     visited = 0

@@ -32,12 +32,10 @@ class BackfillAction:
                     task.fit_error = pre.reason or f"rejected by {pre.plugin}"
                     continue
                 placed = False
-                for node in nodes:
-                    if feasible_nodes(ssn, task, [node], check_resources=False):
-                        placed = statement.allocate(task, node)
-                        break
-                    if ssn.fault_of(task) is not None:
-                        break
+                # The first node, in name order, whose predicates pass.
+                found = feasible_nodes(ssn, task, nodes, check_resources=False, first_fit=True)
+                if found and ssn.fault_of(task) is None:
+                    placed = statement.allocate(task, found[0])
                 if not placed:
                     fault = ssn.fault_of(task)
                     task.fit_error = fault.message if fault is not None else ssn.fit_error_message(task)
