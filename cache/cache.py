@@ -38,8 +38,8 @@ from numasched.cache.convert_pod import (
     pod_to_task,
     podgroup_to_job,
     priority_class_value,
-    queue_to_queue_info,
 )
+from numasched.cache.convert_queue import queue_from_object
 from numasched.cache.convert_topology import (
     nrt_pod_allocation_report,
     nrt_to_topology,
@@ -268,7 +268,15 @@ class Cache:
         if obj is None:
             self._queues.pop(key, None)
             return
-        self._queues[key] = queue_to_queue_info(obj)
+        queue, problems = queue_from_object(obj)
+        self._queues[key] = queue
+        if problems:
+            # The queue is used, each unreadable field at its default: said on the Queue by name.
+            message = "; ".join(problems)
+            self.warnings[("Queue", queue.name)] = message
+            log.warning("object read with defaults", kind="Queue", object=queue.name, problem=message)
+            if self._on_problem is not None:
+                self._on_problem("Queue", queue.name, message)
 
     def _on_priority_class(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:

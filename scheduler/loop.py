@@ -35,6 +35,8 @@ from numasched.api.allocation import PodAllocation
 from numasched.api.snapshot import ClusterSnapshot
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.binder import Binder, BindOutcome, BindRequest, BindStatus, StatusReporter
+from numasched.cache.eviction import Evictor, EvictRequest, eviction_call
+from numasched.cache.queue_status import QueueStatusWriter, changed_queue_status, queue_status_call
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import JobUpdate, PluginOpenError, Session
@@ -79,6 +81,8 @@ class SessionResult:
     unschedulable: tuple[Unschedulable, ...] = ()
     job_updates: tuple[JobUpdate, ...] = ()
     evictions: tuple[Eviction, ...] = ()
+    # Queue name -> status.allocated to write (only the queues where it changed).
+    queue_status: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     # Every distinct plugin exception of the session (plugin, extension point, subject).
     plugin_faults: tuple[PluginFault, ...] = ()
     # Task uid -> the plugin fault the task failed with (its own, or its job's).
@@ -149,6 +153,7 @@ def run_session(
         unschedulable=tuple(unschedulable),
         job_updates=tuple(ssn.job_updates.values()),
         evictions=tuple(ssn.evictions),
+        queue_status=changed_queue_status(ssn.jobs.values(), ssn.queues),
         plugin_faults=tuple(ssn.plugin_faults.values()),
         failed_by_plugin=failed_by_plugin,
         held_back=frozenset(ssn.held_back),
@@ -262,6 +267,10 @@ class _Binding:
     stopping: Callable[[], bool]
     # Told why, each time a placement is forgotten after a bind that did not succeed.
     on_released: Callable[[str], None] | None = None
+    # Where the victims of preempt / reclaim go; None: they keep running (logged).
+    evictor: Evictor | None = None
+    # Where Queue status.allocated goes; None: not written.
+    queue_status: QueueStatusWriter | None = None
 
 
 class BindPipeline:
@@ -532,19 +541,28 @@ async def _decide(
             pipeline.queue(_ReportWork(_unschedulable_call(entry, reporter), entry.task.key, cycle))
         for update in result.job_updates:
             pipeline.queue(_ReportWork(_job_call(update, reporter), update.job.key, cycle))
+    evictor = pipeline.binding.evictor
+    for eviction in result.evictions:
+        if evictor is None or stopping():
+            _log.warning(
+                "eviction decided but not sent; the pod keeps running",
+                pod=eviction.task.key,
+                node=eviction.node_name,
+                reason=eviction.reason,
+            )
+            continue
+        request = EvictRequest(eviction.task, eviction.node_name, eviction.reason)
+        pipeline.queue(_ReportWork(eviction_call(evictor, request), eviction.task.key, cycle))
+    writer = pipeline.binding.queue_status
+    if writer is not None and not stopping():
+        for name, allocated in result.queue_status.items():
+            pipeline.queue(_ReportWork(queue_status_call(writer, name, allocated), f"queue {name}", cycle))
     cycle.seal()
     if stopping():
         if stream.dropped:
             _log.info("stop asked for during the session; its later binds are not sent", binds=stream.dropped)
         result = attrs.evolve(result, stopped=True)
     result = attrs.evolve(result, bind_requests=tuple(stream.delivered))
-    for eviction in result.evictions:
-        _log.warning(
-            "eviction decided but this scheduler has no evictor; the pod keeps running",
-            pod=eviction.task.key,
-            node=eviction.node_name,
-            reason=eviction.reason,
-        )
     return result, cycle
 
 
@@ -563,6 +581,8 @@ async def schedule_cycle(
     hold_back: Callable[[ClusterSnapshot], Mapping[str, str]] | None = None,
     on_released: Callable[[str], None] | None = None,
     freeze: bool = True,
+    evictor: Evictor | None = None,
+    queue_status: QueueStatusWriter | None = None,
 ) -> CycleResult:
     """One cycle, returning once its binds and reports are done. Each job is assumed and handed
     to the bind workers as soon as the session commits it, so binding overlaps with deciding.
@@ -577,7 +597,8 @@ async def schedule_cycle(
     started = time.monotonic()
     stop_binding = stop.is_set if stop is not None else _never_stop
     pipeline = BindPipeline(
-        _Binding(cache, binder, reporter, bind_timeout_s, stop_binding, on_released), bind_concurrency
+        _Binding(cache, binder, reporter, bind_timeout_s, stop_binding, on_released, evictor, queue_status),
+        bind_concurrency,
     )
     result = SessionResult(stopped=True)
     cycle = _CycleBinds()
@@ -715,6 +736,8 @@ async def run_loop(
     trigger: CycleTrigger | None = None,
     min_cycle_interval_s: float = DEFAULT_MIN_CYCLE_INTERVAL_S,
     unschedulable: UnschedulablePods | None = None,
+    evictor: Evictor | None = None,
+    queue_status: QueueStatusWriter | None = None,
 ) -> int:
     """Run a cycle every period (measured start to start) until `stop` is set; the config is
     read afresh each cycle so a reload takes effect at the next one. A cycle that fails is logged
@@ -743,7 +766,10 @@ async def run_loop(
     def released(reason: str) -> None:
         waiting.cluster_changed(reason, time.monotonic())
 
-    pipeline = BindPipeline(_Binding(cache, binder, reporter, bind_timeout_s, stop.is_set, released), bind_concurrency)
+    pipeline = BindPipeline(
+        _Binding(cache, binder, reporter, bind_timeout_s, stop.is_set, released, evictor, queue_status),
+        bind_concurrency,
+    )
     cycles = 0
     last_config: SchedulerConfig | None = None
     async with anyio.create_task_group() as group:

@@ -26,8 +26,10 @@ from numasched.cache.binder import BindStatus
 from numasched.cache.cache import Cache
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.cache.kube.binder import DEFAULT_REPEAT_INTERVAL_S, KubeBinder, KubeStatusReporter
+from numasched.cache.kube.evictor import KubeEvictor
 from numasched.cache.kube.informer import DEFAULT_INFORMER_TIMING, EventSink, Informer, InformerTiming
 from numasched.cache.kube.problems import ObjectProblemWriter
+from numasched.cache.kube.queue_status import KubeQueueStatusWriter
 from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef, build_informers
 from numasched.cli_durations import parse_duration
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE
@@ -53,6 +55,7 @@ from numasched.scheduler.leader import (
 from numasched.scheduler.loop import (
     DEFAULT_BACKOFF,
     DEFAULT_BIND_CONCURRENCY,
+    DEFAULT_REPORT_TIMEOUT_S,
     DEFAULT_SHUTDOWN_GRACE_S,
     BackoffPolicy,
     CycleResult,
@@ -284,6 +287,14 @@ class SchedulerRunner:
             repeat_interval=options.event_repeat_interval,
             instance=options.identity,
         )
+        # Each victim costs up to three requests (condition, eviction, event) within the loop's
+        # report bound, so each gets a third of it at most.
+        self.evictor = KubeEvictor(
+            api_client,
+            scheduler_name=options.scheduler_names[0],
+            timeout=min(options.request_timeout, DEFAULT_REPORT_TIMEOUT_S / 3),
+        )
+        self.queue_status = KubeQueueStatusWriter(api_client, timeout=options.request_timeout)
         # Bad objects the cache reports, written onto them (conditions, events) by the leader.
         self.problem_writer = ObjectProblemWriter(
             api_client, self.reporter, scheduler_names=options.scheduler_names, timeout=options.request_timeout
@@ -533,6 +544,8 @@ class SchedulerRunner:
             on_plugin_fault=self._count_plugin_fault,
             trigger=self.cycle_trigger,
             unschedulable=self.unschedulable,
+            evictor=self.evictor,
+            queue_status=self.queue_status,
         )
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import structlog
 
 from numasched.cache.cache import Cache
+from numasched.cache.queue_status import SimQueueStatusWriter
+from numasched.cache.sim_evictor import SimEvictor
 from numasched.cache.simcluster import SimCluster
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_INPUT, EXIT_OK, EXIT_UNPLACED
 from numasched.cli_input_files import InputFileError, read_yaml_file
@@ -83,9 +85,18 @@ def load_config(path: Path | None, registry: Registry) -> SchedulerConfig:
 
 
 async def simulate(
-    cluster: SimCluster, config: SchedulerConfig, registry: Registry, *, max_cycles: int, progress: bool
+    cluster: SimCluster,
+    config: SchedulerConfig,
+    registry: Registry,
+    *,
+    max_cycles: int,
+    progress: bool,
+    evictor: SimEvictor | None = None,
 ) -> int:
-    """Run cycles until a cycle binds nothing new; returns the number of cycles run."""
+    """Run cycles until a cycle binds and evicts nothing new; returns the number of cycles run.
+    Victims of preempt / reclaim go to `evictor` (one of the cluster's own when not given)."""
+    evictor = evictor if evictor is not None else SimEvictor(cluster)
+    queue_status = SimQueueStatusWriter(cluster)
     pending = sum(1 for pod in cluster.pods() if not _node_name(pod))
     cycles = 0
     bar = _progress_bar(progress and pending >= 200, pending)
@@ -93,11 +104,15 @@ async def simulate(
         task_id = bar.add_task("scheduling", total=pending)
         while cycles < max_cycles:
             before = sum(cluster.bind_count.values())
-            await schedule_cycle(cluster.cache, config, registry, cluster, cluster)
+            evicted_before = len(evictor.evicted)
+            await schedule_cycle(
+                cluster.cache, config, registry, cluster, cluster, evictor=evictor, queue_status=queue_status
+            )
             cycles += 1
             bound_now = sum(cluster.bind_count.values())
             bar.update(task_id, completed=bound_now)
-            if bound_now == before:
+            # A cycle that only evicted makes room the next one binds into.
+            if bound_now == before and len(evictor.evicted) == evicted_before:
                 break
     return cycles
 

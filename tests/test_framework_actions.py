@@ -353,14 +353,14 @@ def test_conformance_never_offers_critical_pods_as_victims(namespace: str, prior
 
 
 def test_accepted_noop_plugins_warn_once_per_registry() -> None:
-    cfg = SchedulerConfig(actions=("allocate",), tiers=(Tier((PluginOption("drf"), PluginOption("proportion"))),))
+    cfg = SchedulerConfig(actions=("allocate",), tiers=(Tier((PluginOption("sla"), PluginOption("tdm"))),))
     reg = registry()
     with structlog.testing.capture_logs() as logs:
         for _ in range(3):
             run_session(snapshot_of([gpu_node("n0")], []), cfg, reg)
         run_session(snapshot_of([gpu_node("n0")], []), cfg, registry())
     warned = [entry["plugin"] for entry in logs if "not implemented" in entry["event"]]
-    assert warned == ["drf", "proportion", "drf", "proportion"]
+    assert warned == ["sla", "tdm", "sla", "tdm"]
 
 
 def test_a_task_its_queue_cannot_take_is_not_placed() -> None:

@@ -26,7 +26,16 @@ def test_default_registry_knows_the_builtins() -> None:
     plugins = registry.known_plugin_names()
     for name in ("priority", "gang", "conformance", "predicates", "nodeorder", "binpack", "numa-aware", "drf"):
         assert name in plugins
-    assert registry.known_action_names() == ["allocate", "backfill", "enqueue", "preempt", "reclaim", "shuffle"]
+    assert registry.known_action_names() == [
+        "allocate",
+        "backfill",
+        "enqueue",
+        "gangpreempt",
+        "gangreclaim",
+        "preempt",
+        "reclaim",
+        "shuffle",
+    ]
     assert registry.build_plugin("gang").name == "gang"
 
 
@@ -190,11 +199,11 @@ def test_an_argument_of_the_wrong_type_is_an_error_naming_plugin_and_key(
     assert str(raised.value).startswith(f"plugin binpack: argument {key}: expected ")
 
 
-def test_volcano_eviction_actions_are_accepted_and_warn_once(capsys: pytest.CaptureFixture[str]) -> None:
+def test_volcano_noop_actions_are_accepted_and_warn_once(capsys: pytest.CaptureFixture[str]) -> None:
     from numasched.plugins.accepted_noops import AcceptedNoopAction, WarnOnce
 
     registry = default_registry()
-    action = registry.action("preempt")
+    action = registry.action("shuffle")
     assert isinstance(action, AcceptedNoopAction)
     warnings = WarnOnce()
     assert warnings.warn("preempt", kind="action") is True
