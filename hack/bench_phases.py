@@ -45,7 +45,7 @@ PHASES = (
 
 class PhaseClock:
     def __init__(self) -> None:
-        self.seconds: collections.Counter[str] = collections.Counter()
+        self.seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
         self.calls: collections.Counter[str] = collections.Counter()
 
     def wrap(self, function: Callable[..., Any], label: str) -> Callable[..., Any]:
