@@ -16,7 +16,6 @@ from numasched.api.job import DEFAULT_QUEUE, JobInfo
 from numasched.api.node import NodeInfo, Taint
 from numasched.api.quantity import QuantityError, parse_integer, parse_nanos, shown
 from numasched.api.resource import CPU, MEMORY, Resource
-from numasched.api.snapshot import QueueInfo
 from numasched.api.task import (
     ContainerInfo,
     NodeSelectorRequirement,
@@ -414,14 +413,6 @@ def podgroup_to_job(obj: Mapping[str, Any]) -> JobInfo:
         if min_resources_raw
         else None,
     )
-
-
-def queue_to_queue_info(obj: Mapping[str, Any]) -> QueueInfo:
-    _, name, _ = metadata_of(obj, "Queue")
-    spec = _mapping(obj.get("spec"), "Queue", name, "spec")
-    status = _mapping(obj.get("status"), "Queue", name, "status")
-    weight = _integer(spec.get("weight", 1), "Queue", name, "spec.weight", low=0, high=_INT32_MAX)
-    return QueueInfo(name=name, weight=weight, state=_text(status.get("state") or "Open"))
 
 
 def priority_class_value(obj: Mapping[str, Any]) -> tuple[str, int]:

@@ -28,8 +28,8 @@ from numasched.cache.convert_pod import (
     pod_to_task,
     podgroup_to_job,
     priority_class_value,
-    queue_to_queue_info,
 )
+from numasched.cache.convert_queue import queue_from_object
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.cache.kube.resources import ConfigMapFeed, ConfigMapRef
 from numasched.cache.simcluster import SimCluster
@@ -235,11 +235,20 @@ def _numatopology(obj: Mapping[str, Any]) -> object:
     return topology, convert_topology.pod_allocation_report(obj)
 
 
+def queue_reporting(obj: Any) -> Any:
+    """A Queue is kept with defaults for the fields it cannot use, each reported by name; here the
+    first report is raised, as the other kinds refuse the object."""
+    queue, problems = queue_from_object(obj)
+    if problems:
+        raise ConversionError("Queue", queue.name, problems[0])
+    return queue
+
+
 CONVERTERS: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[Mapping[str, Any]], object]]] = {
     "Pod": (good_pod, _pod_both),
     "Node": (good_node, node_to_node_info),
     "PodGroup": (good_pod_group, podgroup_to_job),
-    "Queue": (good_queue, queue_to_queue_info),
+    "Queue": (good_queue, lambda obj: queue_reporting(obj)),
     "PriorityClass": (good_priority_class, priority_class_value),
     "Numatopology": (good_numatopology, _numatopology),
     "NodeResourceTopology": (good_nrt, convert_topology.nrt_to_topology),

@@ -44,7 +44,7 @@ from numasched.api.allocation import PodAllocation
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.resource import Resource
-from numasched.api.task import TaskInfo
+from numasched.api.task import TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology, TopologyPolicy
 from numasched.plugins.numaaware.admission import (
     Admission,
@@ -613,6 +613,10 @@ class NumaAwarePlugin:
         if node.topology is None:
             return
         task.allocation = None
+        if task.status is TaskStatus.PIPELINED:
+            # It waits for pods being released (evicted victims) whose CPUs and devices are still
+            # held: nothing can be chosen yet. It is decided like any pod once they are gone.
+            return
         outcome = self._allocation(task, node, decision)
         if isinstance(outcome, Status):
             # The predicate passed on this node earlier in the session; it no longer does, which
