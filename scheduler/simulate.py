@@ -169,8 +169,13 @@ async def run_simulate(args: argparse.Namespace) -> int:
     for text, source in inputs:
         cluster.load_text(text, source)
     started = time.perf_counter()
-    cycles = await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=not args.no_progress)
-    report: SimulationReport = build_report(cluster, cycles=cycles, seconds=time.perf_counter() - started)
+    evictor = SimEvictor(cluster, scheduler_name=args.scheduler_name)
+    cycles = await simulate(
+        cluster, config, registry, max_cycles=args.max_cycles, progress=not args.no_progress, evictor=evictor
+    )
+    report: SimulationReport = build_report(
+        cluster, cycles=cycles, seconds=time.perf_counter() - started, evictions=evictor.evicted
+    )
     sys.stdout.write(render(report, args.output))
     code = EXIT_OK
     if args.fail_on_unschedulable and unplaced_pods(report):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -14,6 +14,7 @@ import yaml
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION, AllocationError, allocation_from_json
 from numasched.cache.convert_pod import GROUP_NAME_ANNOTATION, VOLCANO_GROUP_NAME_ANNOTATION, pod_job_id
+from numasched.cache.sim_evictor import SimEviction
 from numasched.cache.simcluster import SimCluster
 
 REPORT_VERSION = 1
@@ -54,6 +55,8 @@ class SimulationReport:
     cycles: int
     seconds: float
     nodes_without_topology: tuple[NodeWithoutTopology, ...] = ()
+    # Pods preempt / reclaim evicted, in the order they went.
+    evictions: tuple[SimEviction, ...] = ()
 
     def count(self, status: str) -> int:
         return sum(1 for pod in self.pods if pod.status == status)
@@ -115,7 +118,9 @@ def _placement(pod: Mapping[str, Any], waiting: Mapping[str, str]) -> tuple[PodP
     )
 
 
-def build_report(cluster: SimCluster, *, cycles: int, seconds: float) -> SimulationReport:
+def build_report(
+    cluster: SimCluster, *, cycles: int, seconds: float, evictions: Sequence[SimEviction] = ()
+) -> SimulationReport:
     waiting = {
         task.key: f"waiting for PodGroup {pod_job_id(task.namespace, task.name, task.annotations)[0]}"
         for task in cluster.cache.tasks_waiting_for_group()
@@ -144,6 +149,7 @@ def build_report(cluster: SimCluster, *, cycles: int, seconds: float) -> Simulat
         nodes_without_topology=tuple(
             NodeWithoutTopology(node, state) for node, state in cluster.cache.nodes_without_topology().items()
         ),
+        evictions=tuple(evictions),
     )
 
 
@@ -159,6 +165,7 @@ def report_document(report: SimulationReport) -> dict[str, Any]:
             "nodes": report.nodes,
             "cycles": report.cycles,
             "seconds": round(report.seconds, 3),
+            "evicted": len(report.evictions),
         },
         "pods": [
             {
@@ -177,6 +184,9 @@ def report_document(report: SimulationReport) -> dict[str, Any]:
         "problems": [{"source": problem.source, "message": problem.message} for problem in report.problems],
         "nodesWithoutTopology": [
             {"node": item.node, "topology": item.topology} for item in report.nodes_without_topology
+        ],
+        "evictions": [
+            {"pod": eviction.pod, "node": eviction.node, "reason": eviction.reason} for eviction in report.evictions
         ],
     }
 
@@ -227,6 +237,13 @@ def _render_table(report: SimulationReport) -> str:
         table.add_column("TOPOLOGY", overflow="fold")
         for item in report.nodes_without_topology:
             table.add_row(item.node, item.topology)
+        console.print(table)
+    if report.evictions:
+        table = Table(title="Evicted", title_justify="left")
+        for column in ("POD", "NODE", "REASON"):
+            table.add_column(column, overflow="fold")
+        for eviction in report.evictions:
+            table.add_row(eviction.pod, eviction.node, eviction.reason)
         console.print(table)
     if report.problems:
         table = Table(title="Skipped objects", title_justify="left")

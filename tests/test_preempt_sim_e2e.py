@@ -101,3 +101,35 @@ async def test_evict_then_bind_on_the_freed_numa_node() -> None:
     admission = kubelet.admit(state, kubelet.pod_from_task(second.session.bind_requests[0].task))
     assert admission.admitted
     assert kubelet.numa_of_ids(state.node, admission.cpus, admission.devices) == frozenset({0})
+
+
+async def test_simulate_reports_the_evictions() -> None:
+    from numasched.scheduler.simulate import simulate
+    from numasched.scheduler.simulate_report import build_report, render, report_document
+
+    cluster = SimCluster(Cache())
+    node, numatopology = machine_objects(load_machine(MACHINE), "n1", topology_policy=TopologyPolicy.SINGLE_NUMA_NODE)
+    cluster.add(node)
+    cluster.add(numatopology)
+    for name, gpu, priority in (("a", "0", 1), ("b", "4", 2), ("c", "1", 3), ("d", "5", 4)):
+        cluster.add(gpu_pod(name, priority, 1, on_gpu=gpu))
+    cluster.add(gpu_pod("trainer", 1000, 4))
+    config = SchedulerConfig(
+        actions=("enqueue", "allocate", "preempt"),
+        tiers=(
+            Tier((PluginOption("priority"), PluginOption("gang", flags={"preemptable": False}))),
+            Tier((PluginOption("predicates"), PluginOption("numa-aware"))),
+        ),
+    )
+    evictor = SimEvictor(cluster)
+    cycles = await simulate(cluster, config, default_registry(), max_cycles=5, progress=False, evictor=evictor)
+    report = build_report(cluster, cycles=cycles, seconds=0.0, evictions=evictor.evicted)
+    document = report_document(report)
+    evicted = document["evictions"]
+    assert document["summary"]["evicted"] == len(evicted) > 0
+    # The victims all sat on one NUMA node (GPUs 0-3 or 4-7), and the trainer was bound after.
+    assert {entry["pod"] for entry in evicted} in ({"team/a", "team/c"}, {"team/b", "team/d"})
+    assert all(entry["node"] == "n1" and entry["reason"] for entry in evicted)
+    assert next(pod for pod in document["pods"] if pod["name"] == "trainer")["status"] == "Bound"
+    table = render(report, "table")
+    assert "Evicted" in table and evicted[0]["pod"] in table

@@ -125,6 +125,7 @@ def test_simulate_places_reports_and_skips_bad_objects(tmp_path: Path, capsys: p
         "nodes": 3,
         "cycles": report["summary"]["cycles"],  # type: ignore[index]
         "seconds": report["summary"]["seconds"],  # type: ignore[index]
+        "evicted": 0,
     }
 
 
