@@ -505,9 +505,6 @@ async def _decide(
     """Snapshot, then the session in a worker thread, each committed job assumed and queued in
     the pipeline as it is committed; then the cycle's reports. Returns once the session is over
     and all its work is queued (not done: the cycle's done event says when)."""
-    snapshot = cache.snapshot()
-    if hold_back is not None:
-        held_back = {**(held_back or {}), **hold_back(snapshot)}
     # Set when this cycle is cancelled (leadership lost): the worker thread cannot be
     # interrupted, so it is told to stop deciding and left to finish on its own copy.
     abandoned = threading.Event()
@@ -517,21 +514,31 @@ async def _decide(
 
     cycle = _CycleBinds()
     stream = _BindStream(cache, pipeline, cycle, stopping, STREAM_WAKE_INTERVAL_S)
-    session = functools.partial(run_session, should_stop=stopping, held_back=held_back, on_commit=stream.publish)
     reporter = pipeline.binding.reporter
     if freeze:
+        # Copying the cluster allocates as much as a session does: frozen first, the cache is not
+        # walked again by each collection the copying triggers (at 1,000 nodes and 10,000 pods a
+        # snapshot took 120 ms of CPU unfrozen, 78 ms frozen).
         freeze_long_lived()
     try:
-        # The session is CPU-bound; a worker thread keeps watch events and binds flowing.
-        result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
-    except Exception:
-        # What was committed before stays committed (and is bound).
-        stream.deliver()
-        cycle.seal()
-        raise
-    except BaseException:
-        abandoned.set()
-        raise
+        snapshot = cache.snapshot()
+        if hold_back is not None:
+            held_back = {**(held_back or {}), **hold_back(snapshot)}
+        session = functools.partial(run_session, should_stop=stopping, held_back=held_back, on_commit=stream.publish)
+        if freeze:
+            # The snapshot too, now that it is made.
+            freeze_long_lived()
+        try:
+            # The session is CPU-bound; a worker thread keeps watch events and binds flowing.
+            result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
+        except Exception:
+            # What was committed before stays committed (and is bound).
+            stream.deliver()
+            cycle.seal()
+            raise
+        except BaseException:
+            abandoned.set()
+            raise
     finally:
         if freeze:
             thaw_long_lived()
