@@ -13,7 +13,6 @@ import io
 import json
 import shutil
 import sys
-from pathlib import Path
 
 from numasched.cache.cache import Cache
 from numasched.cache.simcluster import SimCluster
@@ -29,29 +28,12 @@ from numasched.scheduler.explain import (
     explanation_json,
     numa_summary,
 )
-from numasched.scheduler.simulate import load_config, read_inputs, simulate
+from numasched.scheduler.simulate import add_input_arguments, load_config, read_inputs, simulate
 
 
 def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pod", metavar="NAMESPACE/POD", help="the pod to explain (a bare name: namespace default)")
-    parser.add_argument(
-        "--cluster",
-        type=Path,
-        action="append",
-        help="YAML file(s) of Nodes and Numatopology/NodeResourceTopology objects "
-        "(default: the bundled example cluster)",
-    )
-    parser.add_argument(
-        "--workload",
-        type=Path,
-        action="append",
-        help="YAML file(s) of Pods, PodGroups, Queues and PriorityClasses (default: the bundled example workload)",
-    )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        help="volcano-scheduler.conf, or a ConfigMap manifest holding one (default: the bundled example config)",
-    )
+    add_input_arguments(parser)
     parser.add_argument("--output", choices=("table", "json"), default="table", help="report format")
     parser.add_argument("--scheduler-name", default="numasched", help="spec.schedulerName of the pods to schedule")
     parser.add_argument(

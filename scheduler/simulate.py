@@ -34,7 +34,8 @@ log = structlog.get_logger("numasched.simulate")
 EXAMPLES = "numasched.conf.examples"
 
 
-def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """The YAML inputs of a simulated cluster (simulate, explain): the bundled example by default."""
     parser.add_argument(
         "--cluster",
         type=Path,
@@ -53,6 +54,10 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="volcano-scheduler.conf, or a ConfigMap manifest holding one (default: the bundled example config)",
     )
+
+
+def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    add_input_arguments(parser)
     parser.add_argument("--output", choices=("table", "json", "yaml"), default="table", help="report format")
     parser.add_argument("--scheduler-name", default="numasched", help="spec.schedulerName of the pods to schedule")
     parser.add_argument("--max-cycles", type=int, default=100, help="stop after this many scheduling cycles")
