@@ -28,7 +28,7 @@ from numasched.api.resource import Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
 from numasched.plugins import queue_share as qs
-from numasched.plugins.proportion import QueueAttr, build_queue_attrs, session_total
+from numasched.plugins.proportion import QueueAttr, account_move, build_queue_attrs, count_enqueued, session_total
 from numasched.scheduler.framework.arguments import Arguments
 from numasched.scheduler.framework.session import PERMIT, REJECT, Event, EventHandler, Session
 
@@ -145,20 +145,10 @@ class CapacityPlugin:
         return victims, PERMIT
 
     def _enqueued(self, job: JobInfo) -> None:
-        attr = self.queue_attrs.get(job.queue)
-        if attr is not None and job.min_resources is not None:
-            attr.inqueue.add(job.min_resources)
+        count_enqueued(self.queue_attrs, job)
 
     def _move(self, ssn: Session, event: Event, sign: int) -> None:
-        job = ssn.jobs.get(event.task.job_id)
-        attr = self.queue_attrs.get(job.queue) if job is not None else None
-        if attr is None:
-            return
-        if sign > 0:
-            attr.allocated.add(event.task.resreq)
-        else:
-            attr.allocated.sub(event.task.resreq)
-        attr.update_share()
+        account_move(self.queue_attrs, ssn, event, sign)
 
 
 def build(arguments: Arguments) -> CapacityPlugin:

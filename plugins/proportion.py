@@ -230,20 +230,30 @@ class ProportionPlugin:
         return victims, PERMIT
 
     def _enqueued(self, job: JobInfo) -> None:
-        attr = self.queue_attrs.get(job.queue)
-        if attr is not None and job.min_resources is not None:
-            attr.inqueue.add(job.min_resources)
+        count_enqueued(self.queue_attrs, job)
 
     def _move(self, ssn: Session, event: Event, sign: int) -> None:
-        job = ssn.jobs.get(event.task.job_id)
-        attr = self.queue_attrs.get(job.queue) if job is not None else None
-        if attr is None:
-            return
-        if sign > 0:
-            attr.allocated.add(event.task.resreq)
-        else:
-            attr.allocated.sub(event.task.resreq)
-        attr.update_share()
+        account_move(self.queue_attrs, ssn, event, sign)
+
+
+def count_enqueued(queue_attrs: dict[str, QueueAttr], job: JobInfo) -> None:
+    """A job let into its queue this session holds its minimum resources there (inqueue)."""
+    attr = queue_attrs.get(job.queue)
+    if attr is not None and job.min_resources is not None:
+        attr.inqueue.add(job.min_resources)
+
+
+def account_move(queue_attrs: dict[str, QueueAttr], ssn: Session, event: Event, sign: int) -> None:
+    """A task placed (sign 1) or taken back (-1) counts in its queue's allocation and share."""
+    job = ssn.jobs.get(event.task.job_id)
+    attr = queue_attrs.get(job.queue) if job is not None else None
+    if attr is None:
+        return
+    if sign > 0:
+        attr.allocated.add(event.task.resreq)
+    else:
+        attr.allocated.sub(event.task.resreq)
+    attr.update_share()
 
 
 def build(arguments: Arguments) -> ProportionPlugin:
