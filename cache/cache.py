@@ -375,6 +375,12 @@ class Cache:
             return record, None, f"{record.kind} {node_name}: {rejection}"
         return record, record.topology, record.error
 
+    def topology_source(self, node_name: str) -> str:
+        """The kind of the object the node's topology is read from (Numatopology or
+        NodeResourceTopology), "" when it has none."""
+        record = self._topology_for(node_name)
+        return record.kind if record is not None else ""
+
     def nodes_without_topology(self) -> dict[str, str]:
         """Nodes the numa-aware plugin cannot align on: "missing", or "rejected: why"."""
         result: dict[str, str] = {}

@@ -295,3 +295,13 @@ def test_parse_change_accepts_weight_and_arguments() -> None:
     assert parse_change({"status": "open", "weight": 2, "arguments": {"a": 1}}) == PolicyChange(
         True, {"a": 1, "weight": 2}
     )
+
+
+def test_a_node_page_names_the_object_its_topology_is_read_from(example: Example) -> None:
+    kinds = {obj["metadata"]["name"]: "Numatopology" for obj in example.objects("Numatopology")}
+    kinds.update({obj["metadata"]["name"]: "NodeResourceTopology" for obj in example.objects("NodeResourceTopology")})
+    for node in example.view.nodes:
+        shown = example.node(node.name)
+        assert shown.topology_source == kinds.get(node.name, ""), node.name
+        if shown.topology_source:
+            assert f"<dd>{shown.topology_source}</dd>" in render.node_page(shown)

@@ -180,6 +180,7 @@ def node_page(node: NodeView) -> str:
                 node.topology, node.topology
             ),
         ),
+        ("topology source", node.topology_source or "-"),
         ("topology manager", f"{node.topology_policy or '-'} ({node.scope or '-'} scope)"),
         ("CPU manager", node.cpu_manager_policy or "-"),
         ("ready", "yes" if node.ready else "no"),

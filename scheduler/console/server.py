@@ -77,6 +77,7 @@ class CacheViews:
         cache = self._cache
         snapshot = cache.snapshot()
         without_topology = cache.nodes_without_topology()
+        sources = {name: cache.topology_source(name) for name in snapshot.nodes}
         problems = dict(cache.problems)
         view = build_view(
             snapshot,
@@ -85,7 +86,7 @@ class CacheViews:
             nodes_without_topology=without_topology,
             waiting_for_group=cache.tasks_waiting_for_group(),
         )
-        self._kept = _Kept(now, snapshot, view, problems, without_topology)
+        self._kept = _Kept(now, snapshot, view, problems, without_topology, sources)
         return self._kept
 
     def view(self) -> ClusterView:
@@ -114,6 +115,7 @@ class CacheViews:
             problems_by_node(kept.problems).get(name, ()),
             kept.without_topology.get(name, ""),
             detail=True,
+            source=kept.sources.get(name, ""),
         )
 
 
@@ -124,6 +126,8 @@ class _Kept:
     view: ClusterView
     problems: dict[tuple[str, str], str]
     without_topology: dict[str, str]
+    # Per node, the kind of object its topology is read from.
+    sources: dict[str, str]
 
 
 @attrs.frozen(slots=True)

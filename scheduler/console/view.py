@@ -159,6 +159,9 @@ class NodeView:
     # "ids" (CPU and device ids known), "counts" (NodeResourceTopology: per-NUMA counts only),
     # "missing" or "rejected"
     topology: str = "missing"
+    # The kind of object the topology is read from (Numatopology, NodeResourceTopology); the
+    # node's own page only.
+    topology_source: str = ""
     topology_problem: str = ""
     topology_policy: str = ""
     cpu_manager_policy: str = ""
@@ -301,6 +304,7 @@ def node_view(
     without_topology: str,
     *,
     detail: bool = False,
+    source: str = "",
 ) -> NodeView:
     """A node's view; detail adds the pods placed there with their decisions, every CPU with its
     state and holder, the holder of each device and the device links (the node's own page)."""
@@ -313,6 +317,7 @@ def node_view(
         unschedulable=node.unschedulable,
         pods=pods,
         problems=problems,
+        topology_source=source,
     )
     if topology is None:
         state = "rejected" if without_topology.startswith("rejected") else "missing"
