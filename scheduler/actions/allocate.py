@@ -123,6 +123,11 @@ def resource_fit(task: TaskInfo, node: NodeInfo) -> list[Status]:
     ]
 
 
+# In the memo (framework/equivalence.py): a node whose predicates were not asked yet for the class
+# (only its score is known).
+_UNASKED = object()
+
+
 def _failures_on(
     ssn: Session, task: TaskInfo, node: NodeInfo, check_resources: bool, insufficient: dict[str, Status]
 ) -> tuple[Status, ...] | None:
@@ -275,10 +280,6 @@ def _still_fits_nowhere(
         ssn.failed_scans[key] = _FailedScan(nodes, generations, failures)
     ssn.record_fit_errors(task, failures)
     return True
-
-
-# A node whose predicates were not asked yet for the class (only its score is known).
-_UNASKED = object()
 
 
 def _shareable(ssn: Session, task: TaskInfo, failed: Sequence[Status] | None) -> bool:
