@@ -25,7 +25,6 @@ ACCEPTED_NOOP_PLUGINS: tuple[str, ...] = (
     "resource-strategy-fit",
     "resourcequota",
     "sla",
-    "task-topology",
     "tdm",
     "usage",
 )

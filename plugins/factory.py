@@ -14,6 +14,7 @@ from numasched.plugins import (
     predicates,
     priority,
     proportion,
+    task_topology,
 )
 from numasched.plugins.accepted_noops import ACCEPTED_NOOP_PLUGINS, WarnOnce, noop_builder
 from numasched.plugins.numaaware import plugin as numaaware_plugin
@@ -34,5 +35,6 @@ def register_builtin_plugins(registry: Registry, warnings: WarnOnce) -> None:
     registry.register_plugin(drf.PLUGIN_NAME, drf.build)
     registry.register_plugin(overcommit.PLUGIN_NAME, overcommit.build)
     registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
+    registry.register_plugin(task_topology.PLUGIN_NAME, task_topology.TaskTopologyBuilder())
     for name in ACCEPTED_NOOP_PLUGINS:
         registry.register_plugin(name, noop_builder(name, warnings))
