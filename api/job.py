@@ -25,6 +25,8 @@ class JobInfo:
     pod_group_phase: str = ""
     min_resources: Resource | None = None
     tasks: dict[str, TaskInfo] = attrs.field(factory=dict)
+    # The PodGroup's annotations (Volcano's job controller copies the Job's there).
+    annotations: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def key(self) -> str:

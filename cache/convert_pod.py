@@ -412,6 +412,7 @@ def podgroup_to_job(obj: Mapping[str, Any]) -> JobInfo:
         min_resources=_resources(min_resources_raw, "PodGroup", key, "spec.minResources")
         if min_resources_raw
         else None,
+        annotations=_string_map(metadata.get("annotations"), "PodGroup", key, "metadata.annotations"),
     )
 
 

@@ -143,8 +143,12 @@ def read_topology(job: JobInfo, annotations: Mapping[str, str]) -> TaskTopology 
 
 
 def job_topology_annotations(job: JobInfo) -> dict[str, str]:
-    """The topology annotations the job's pods carry. Raises TopologyError when two pods carry
-    different text for one annotation (there is no telling which is meant)."""
+    """The topology annotations of the job: its PodGroup's, as Volcano reads them, when it carries
+    any; else those the job's pods carry (a PodGroup written without them). Raises TopologyError
+    when two pods carry different text for one annotation (there is no telling which is meant)."""
+    from_group = {key: job.annotations[key] for key in TOPOLOGY_ANNOTATIONS if key in job.annotations}
+    if from_group:
+        return from_group
     found: dict[str, str] = {}
     for task in sorted(job.tasks.values(), key=lambda each: each.uid):
         for key in TOPOLOGY_ANNOTATIONS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 import structlog
 
@@ -22,6 +23,7 @@ from numasched.plugins.task_topology import (
     TaskTopology,
     TaskTopologyPlugin,
     TopologyError,
+    job_topology_annotations,
     read_topology,
 )
 from numasched.scheduler.actions.allocate import AllocateAction
@@ -394,3 +396,24 @@ def test_a_configuration_naming_task_topology_simulates_and_keeps_the_job_togeth
     report = json.loads(captured.out)
     assert [pod["status"] for pod in report["pods"]] == ["Bound"] * 4
     assert len({pod["node"] for pod in report["pods"]}) == 1
+
+
+def test_the_podgroup_annotations_are_read_before_the_pods() -> None:
+    from numasched.cache.convert_pod import podgroup_to_job
+
+    group = podgroup_to_job(
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": "train",
+                "namespace": "ml",
+                "annotations": {"volcano.sh/task-topology-affinity": "ps,worker"},
+            },
+            "spec": {"minMember": 2},
+        }
+    )
+    assert job_topology_annotations(group) == {"volcano.sh/task-topology-affinity": "ps,worker"}
+    # Without them on the PodGroup, the pods' annotations count (none here).
+    bare = attrs.evolve(group, annotations={})
+    assert job_topology_annotations(bare) == {}
