@@ -28,9 +28,9 @@ from numasched.api.resource import Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
 from numasched.plugins import queue_share as qs
-from numasched.plugins.proportion import QueueAttr, account_move, build_queue_attrs, count_enqueued, session_total
+from numasched.plugins.proportion import QueueAttr, build_queue_attrs, register_queue_points, session_total
 from numasched.scheduler.framework.arguments import Arguments
-from numasched.scheduler.framework.session import PERMIT, REJECT, Event, EventHandler, Session
+from numasched.scheduler.framework.session import PERMIT, REJECT, Session
 
 PLUGIN_NAME = "capacity"
 QUEUE_OPEN = "Open"
@@ -70,21 +70,7 @@ class CapacityPlugin:
         total = session_total(ssn)
         self.queue_attrs = build_queue_attrs(ssn.queues, list(ssn.jobs.values()), total)
         set_deserved(self.queue_attrs, ssn.queues)
-        watch = qs.EnqueuedWatch(self._enqueued)
-
-        def job_enqueueable(job: JobInfo) -> int:
-            watch.settle()
-            verdict = self.job_enqueueable(ssn, job)
-            if verdict == PERMIT:
-                watch.permitted(job)
-            return verdict
-
-        ssn.add_allocatable_fn(self.name, self.allocatable)
-        ssn.add_job_enqueueable_fn(self.name, job_enqueueable)
-        ssn.add_reclaimable_fn(self.name, lambda reclaimer, reclaimees: self.reclaimable(ssn, reclaimees))
-        ssn.add_event_handler(
-            EventHandler(allocate=lambda event: self._move(ssn, event, 1), deallocate=lambda e: self._move(ssn, e, -1))
-        )
+        register_queue_points(ssn, self)
 
     def on_session_close(self, ssn: Session) -> None:
         self.queue_attrs = {}
@@ -143,12 +129,6 @@ class CapacityPlugin:
             allocated.sub(reclaimee.resreq)
             victims.append(reclaimee)
         return victims, PERMIT
-
-    def _enqueued(self, job: JobInfo) -> None:
-        count_enqueued(self.queue_attrs, job)
-
-    def _move(self, ssn: Session, event: Event, sign: int) -> None:
-        account_move(self.queue_attrs, ssn, event, sign)
 
 
 def build(arguments: Arguments) -> CapacityPlugin:

@@ -19,6 +19,7 @@ Extension points, as Volcano registers them:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import attrs
 
@@ -159,21 +160,7 @@ class ProportionPlugin:
         total = session_total(ssn)
         self.queue_attrs = build_queue_attrs(ssn.queues, list(ssn.jobs.values()), total)
         compute_deserved(self.queue_attrs, total)
-        watch = qs.EnqueuedWatch(self._enqueued)
-
-        def job_enqueueable(job: JobInfo) -> int:
-            watch.settle()
-            verdict = self.job_enqueueable(ssn, job)
-            if verdict == PERMIT:
-                watch.permitted(job)
-            return verdict
-
-        ssn.add_allocatable_fn(self.name, self.allocatable)
-        ssn.add_job_enqueueable_fn(self.name, job_enqueueable)
-        ssn.add_reclaimable_fn(self.name, lambda reclaimer, reclaimees: self.reclaimable(ssn, reclaimees))
-        ssn.add_event_handler(
-            EventHandler(allocate=lambda event: self._move(ssn, event, 1), deallocate=lambda e: self._move(ssn, e, -1))
-        )
+        register_queue_points(ssn, self)
 
     def on_session_close(self, ssn: Session) -> None:
         self.queue_attrs = {}
@@ -229,11 +216,42 @@ class ProportionPlugin:
                 victims.append(reclaimee)
         return victims, PERMIT
 
-    def _enqueued(self, job: JobInfo) -> None:
-        count_enqueued(self.queue_attrs, job)
 
-    def _move(self, ssn: Session, event: Event, sign: int) -> None:
-        account_move(self.queue_attrs, ssn, event, sign)
+class QueuePlugin(Protocol):
+    """What proportion and capacity both register: the queue's room, its admission of jobs, its
+    reclaimable victims, over their per-queue attributes."""
+
+    name: str
+    queue_attrs: dict[str, QueueAttr]
+
+    def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool: ...
+
+    def job_enqueueable(self, ssn: Session, job: JobInfo) -> int: ...
+
+    def reclaimable(self, ssn: Session, reclaimees: Sequence[TaskInfo]) -> tuple[list[TaskInfo], int]: ...
+
+
+def register_queue_points(ssn: Session, plugin: QueuePlugin) -> None:
+    """The extension points of a queue plugin, and the bookkeeping they need: an admitted job's
+    minimum resources count in its queue, placed tasks in its allocation."""
+    watch = qs.EnqueuedWatch(lambda job: count_enqueued(plugin.queue_attrs, job))
+
+    def job_enqueueable(job: JobInfo) -> int:
+        watch.settle()
+        verdict = plugin.job_enqueueable(ssn, job)
+        if verdict == PERMIT:
+            watch.permitted(job)
+        return verdict
+
+    ssn.add_allocatable_fn(plugin.name, plugin.allocatable)
+    ssn.add_job_enqueueable_fn(plugin.name, job_enqueueable)
+    ssn.add_reclaimable_fn(plugin.name, lambda reclaimer, reclaimees: plugin.reclaimable(ssn, reclaimees))
+    ssn.add_event_handler(
+        EventHandler(
+            allocate=lambda event: account_move(plugin.queue_attrs, ssn, event, 1),
+            deallocate=lambda event: account_move(plugin.queue_attrs, ssn, event, -1),
+        )
+    )
 
 
 def count_enqueued(queue_attrs: dict[str, QueueAttr], job: JobInfo) -> None:
