@@ -293,20 +293,29 @@ def startup_input_problem(args: argparse.Namespace) -> str:
     return ""
 
 
-async def run_exporter(args: argparse.Namespace, nvml: Any = pynvml) -> int:
-    """Run the exporter until cancelled (or once); the exit status, one of numasched.cli_exit_codes."""
+def startup_refusal(args: argparse.Namespace, command: str) -> int | None:
+    """The exit status when the exporter's arguments cannot start `command` (exporter, agent),
+    after saying why on stderr; None when they can."""
     if not args.node_name:
-        print("numasched exporter: --node-name (or env NODE_NAME) is required", file=sys.stderr)
+        print(f"numasched {command}: --node-name (or env NODE_NAME) is required", file=sys.stderr)
         return EXIT_USAGE
     try:
         parse_device_id_formats(args.device_id_format)
     except ValueError as error:
-        print(f"numasched exporter: {error}", file=sys.stderr)
+        print(f"numasched {command}: {error}", file=sys.stderr)
         return EXIT_USAGE
     problem = startup_input_problem(args)
     if problem:
-        print(f"numasched exporter: {problem}", file=sys.stderr)
+        print(f"numasched {command}: {problem}", file=sys.stderr)
         return EXIT_INPUT
+    return None
+
+
+async def run_exporter(args: argparse.Namespace, nvml: Any = pynvml) -> int:
+    """Run the exporter until cancelled (or once); the exit status, one of numasched.cli_exit_codes."""
+    refused = startup_refusal(args, "exporter")
+    if refused is not None:
+        return refused
     try:
         return await _run_exporter(args, nvml)
     except ClientConfigError as error:

@@ -37,7 +37,7 @@ from numasched.exporter.command import (
     discover,
     objects_of,
     serve_metrics,
-    startup_input_problem,
+    startup_refusal,
 )
 from numasched.exporter.enforce_agent import EnforceMetrics, Enforcer, EventEmitter, PodEvents, report_mismatches
 from numasched.exporter.enforce_cgroup import cgroup_version
@@ -98,31 +98,20 @@ async def enforcement_cycle(
     return attrs.evolve(report, usage=with_observed(report.usage, observed))
 
 
-def agent_input_problem(args: argparse.Namespace) -> str:
-    problem = startup_input_problem(args)
-    if problem:
-        return problem
-    if cgroup_version(args.cgroup_root) is None:
-        return f"--cgroup-root {args.cgroup_root}: neither a cgroup v2 mount nor a v1 root holding cpuset/"
-    return ""
-
-
 async def run_agent(args: argparse.Namespace, nvml: Any = pynvml) -> int:
     """Run the agent until cancelled (or once); the exit status, one of numasched.cli_exit_codes."""
-    if not args.node_name:
-        print("numasched agent: --node-name (or env NODE_NAME) is required", file=sys.stderr)
-        return EXIT_USAGE
     if args.dry_run:
         print("numasched agent: --dry-run is the exporter's; the agent always writes", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        parse_device_id_formats(args.device_id_format)
-    except ValueError as error:
-        print(f"numasched agent: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    problem = agent_input_problem(args)
-    if problem:
-        print(f"numasched agent: {problem}", file=sys.stderr)
+    refused = startup_refusal(args, "agent")
+    if refused is not None:
+        return refused
+    if cgroup_version(args.cgroup_root) is None:
+        print(
+            f"numasched agent: --cgroup-root {args.cgroup_root}: neither a cgroup v2 mount nor a v1 root "
+            "holding cpuset/",
+            file=sys.stderr,
+        )
         return EXIT_INPUT
     try:
         api_client = await _api_client(args)
