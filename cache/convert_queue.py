@@ -95,10 +95,4 @@ def queue_from_object(obj: Mapping[str, Any]) -> tuple[QueueInfo, list[str]]:
     return queue, problems
 
 
-def queue_to_queue_info(obj: Mapping[str, Any]) -> QueueInfo:
-    """The queue, for callers that report nothing: problems are dropped, defaults used."""
-    queue, _ = queue_from_object(obj)
-    return queue
-
-
-__all__ = ["KIND", "ConversionError", "queue_from_object", "queue_to_queue_info"]
+__all__ = ["KIND", "ConversionError", "queue_from_object"]

@@ -22,7 +22,6 @@ import structlog
 
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
-from numasched.api.resource import Resource
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
@@ -106,21 +105,6 @@ def sampling_options(arguments: Mapping[str, Any]) -> tuple[SamplingOptions, lis
         f"unknown argument {key!r} (known: {', '.join(known)}); ignored" for key in arguments if key not in known
     )
     return SamplingOptions(minimum_nodes, minimum_percentage, percentage), problems
-
-
-def insufficient_future_idle(request: Resource, node: NodeInfo) -> list[str]:
-    """Resources the node will lack for request once its releasing tasks are gone and its
-    pipelined ones have arrived (the node's future idle)."""
-    return request.insufficient_after(node.idle, node.releasing, node.pipelined)
-
-
-def resource_fit(task: TaskInfo, node: NodeInfo) -> list[Status]:
-    """What the node cannot hold of the task, counting resources being released (Volcano's
-    allocate checks this itself, before the plugins' predicates)."""
-    return [
-        Status.unschedulable(f"Insufficient {name}", ACTION_NAME)
-        for name in insufficient_future_idle(task.init_resreq, node)
-    ]
 
 
 # In the memo (framework/equivalence.py): a node whose predicates were not asked yet for the class

@@ -672,9 +672,6 @@ class Session:
 
     # -- bookkeeping -----------------------------------------------------------------------------
 
-    def record_fit_error(self, task: TaskInfo, node_name: str, status: Status) -> None:
-        self.record_fit_errors(task, {node_name: (status,)})
-
     def record_fit_errors(self, task: TaskInfo, per_node: Mapping[str, Sequence[Status]]) -> None:
         """Why the task did not fit on each of these nodes (adds to what is already recorded).
         The sequences are kept as given and never changed: memoised answers are shared."""
