@@ -15,7 +15,6 @@ import shutil
 import sys
 
 from numasched.cache.cache import Cache
-from numasched.cache.simcluster import SimCluster
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.cli_input_files import InputFileError
 from numasched.conf.loader import ConfigError
@@ -28,7 +27,7 @@ from numasched.scheduler.explain import (
     explanation_json,
     numa_summary,
 )
-from numasched.scheduler.simulate import add_input_arguments, load_config, read_inputs, simulate
+from numasched.scheduler.simulate import add_input_arguments, load_cluster, load_config, simulate
 
 
 def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,14 +86,11 @@ async def run_explain(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
     else:
         try:
-            inputs = [*read_inputs(args.cluster, "cluster.yaml"), *read_inputs(args.workload, "workload.yaml")]
+            cluster = load_cluster(args)
         except InputFileError as error:
             print(f"numasched explain: {error}", file=sys.stderr)
             return EXIT_INPUT
-        cache = Cache((args.scheduler_name,))
-        cluster = SimCluster(cache)
-        for text, source in inputs:
-            cluster.load_text(text, source)
+        cache = cluster.cache
         if not args.as_is:
             await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=False)
     try:

@@ -152,6 +152,16 @@ def read_inputs(paths: list[Path] | None, example: str) -> list[tuple[str, str]]
     return [(read_yaml_file(path), str(path)) for path in paths]
 
 
+def load_cluster(args: argparse.Namespace) -> SimCluster:
+    """A simulated cluster of the --cluster and --workload files (add_input_arguments), or of the
+    bundled example; InputFileError when a file cannot be read."""
+    inputs = [*read_inputs(args.cluster, "cluster.yaml"), *read_inputs(args.workload, "workload.yaml")]
+    cluster = SimCluster(Cache((args.scheduler_name,)))
+    for text, source in inputs:
+        cluster.load_text(text, source)
+    return cluster
+
+
 def unplaced_pods(report: SimulationReport) -> int:
     return report.count("Unschedulable") + report.count("Pending")
 
@@ -165,14 +175,10 @@ async def run_simulate(args: argparse.Namespace) -> int:
         print(f"numasched simulate: {error}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        inputs = [*read_inputs(args.cluster, "cluster.yaml"), *read_inputs(args.workload, "workload.yaml")]
+        cluster = load_cluster(args)
     except InputFileError as error:
         print(f"numasched simulate: {error}", file=sys.stderr)
         return EXIT_INPUT
-    cache = Cache((args.scheduler_name,))
-    cluster = SimCluster(cache)
-    for text, source in inputs:
-        cluster.load_text(text, source)
     started = time.perf_counter()
     evictor = SimEvictor(cluster, scheduler_name=args.scheduler_name)
     cycles = await simulate(
@@ -188,7 +194,7 @@ async def run_simulate(args: argparse.Namespace) -> int:
         code = EXIT_UNPLACED
     if args.serve is not None:
         sys.stdout.flush()
-        serve_code = await serve_console(cache, config, registry, args.serve)
+        serve_code = await serve_console(cluster.cache, config, registry, args.serve)
         if serve_code != EXIT_OK:
             return serve_code
     return code
