@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import attrs
 
 from numasched.api.allocation import PodAllocation
+from numasched.api.dra_claims import NodeDra
 from numasched.api.idset import IdSet
 from numasched.api.resource import Resource
 from numasched.api.task import QosClass, TaskInfo, TaskStatus, pod_whole_cpus
@@ -158,6 +159,8 @@ class NodeInfo:
     # This node state's number (next_generation); changed by every method that changes the node.
     # Code that changes a field directly must call touch().
     generation: int = attrs.field(factory=next_generation)
+    # The DRA devices the node's ResourceSlices offer and those allocated to claims (None: none).
+    dra: NodeDra | None = None
 
     def touch(self) -> None:
         """Mark the node changed: what was derived from its previous state is stale."""
@@ -300,4 +303,5 @@ class NodeInfo:
             numa_usage=self.numa_usage.clone(),
             unknown_holders=dict(self.unknown_holders),
             generation=self.generation,
+            dra=self.dra,
         )

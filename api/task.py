@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import attrs
 
 from numasched.api.allocation import PodAllocation
+from numasched.api.dra_claims import PodClaims
 from numasched.api.resource import Resource
 
 
@@ -91,6 +92,8 @@ class TaskInfo:
     allocation: PodAllocation | None = None
     # The last reason this task could not be placed, for events and simulate output.
     fit_error: str = ""
+    # The pod's ResourceClaims (spec.resourceClaims), resolved by the cache at each snapshot.
+    claims: PodClaims | None = None
 
     @property
     def key(self) -> str:

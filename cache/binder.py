@@ -15,6 +15,7 @@ from numasched.api.allocation import (
     PodAllocation,
     allocation_to_json,
 )
+from numasched.api.dra_claims import without_claims
 from numasched.api.idset import IdSet
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
@@ -93,7 +94,7 @@ def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -
 
 def binding_annotations(task: TaskInfo, node: NodeInfo | None) -> dict[str, str]:
     """The annotations the Binding carries (the API server copies them onto the pod)."""
-    allocation = task.allocation
+    allocation = None if task.allocation is None else without_claims(task.allocation)
     if allocation is None or (allocation.is_empty() and not any(c.numa for c in allocation.containers)):
         return {}
     topology = node.topology if node is not None else None

@@ -46,12 +46,13 @@ from numasched.cache.convert_topology import (
     numatopology_to_topology,
     pod_allocation_report,
 )
+from numasched.cache.dra_store import DRA_KINDS, DraStore
 from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent, object_key, object_name
 
 log = structlog.get_logger("numasched.cache")
 
 ProblemHandler = Callable[[str, str, str], None]
-KINDS = ("Pod", "Node", "PodGroup", "Queue", "PriorityClass", "Numatopology", "NodeResourceTopology")
+KINDS = ("Pod", "Node", "PodGroup", "Queue", "PriorityClass", "Numatopology", "NodeResourceTopology", *DRA_KINDS)
 _FINISHED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
 # Every TaskInfo field, in the order its __init__ takes them (all are init, none keyword-only).
 _task_fields = operator.attrgetter(*(field.name for field in attrs.fields(TaskInfo)))
@@ -147,6 +148,8 @@ class Cache:
         self._job_of: dict[str, tuple[str, bool]] = {}
         self._accounted: dict[str, NodeInfo] = {}
         self._dirty: set[str] = set()
+        # DRA objects (resource.k8s.io/v1) and the claims each pod references.
+        self.dra = DraStore(self._problem)
         self._handlers = self._handler_table()
 
     # ---- events -------------------------------------------------------------------------------
@@ -195,7 +198,16 @@ class Cache:
             "PriorityClass": self._on_priority_class,
             "Numatopology": self._on_numatopology,
             "NodeResourceTopology": self._on_nrt,
+            **{kind: self._dra_handler(kind) for kind in DRA_KINDS},
         }
+
+    def _dra_handler(self, kind: str) -> Callable[[str, Mapping[str, Any] | None], None]:
+        def handle(key: str, obj: Mapping[str, Any] | None) -> None:
+            old = self._raw[kind].get(key)
+            affected = self.dra.apply(kind, obj if obj is not None else (old or {}), deleted=obj is None)
+            self._dirty.update(self._nodes if affected is None else affected)
+
+        return handle
 
     @staticmethod
     def _key(kind: str, obj: Mapping[str, Any]) -> str:
@@ -227,6 +239,7 @@ class Cache:
     def _on_pod(self, key: str, obj: Mapping[str, Any] | None) -> None:
         # Converted before the old version is dropped, so a bad update keeps the last good one.
         task = pod_to_task(obj) if obj is not None else None
+        self.dra.set_pod(key, obj)
         old = self._tasks.pop(key, None)
         if old is not None:
             self._task_uid_by_key.pop(old.key, None)
@@ -452,6 +465,9 @@ class Cache:
         node = base.clone()
         _, topology, error = self._usable_topology(node.name)
         node.set_topology(topology, error)
+        node.dra = self.dra.node_view(node.name, node.labels) if self.dra.in_use_anywhere else None
+        if node.dra is not None:
+            node.touch()
         held: list[_Candidate] = []
         uids = sorted(self._uids_by_node.get(node.name, ()), key=self._task_order.__getitem__)
         for uid in uids:
@@ -510,6 +526,7 @@ class Cache:
             task = placed.get(uid)
             if task is None:
                 task, _ = self._placed_copy(uid, stored)
+            task.claims = self.dra.pod_claims(uid, task.namespace, task.name)
             self._add_to_job(snapshot, task, *self._job_of[uid])
         return snapshot
 

@@ -23,7 +23,9 @@ class ObjectEvent:
 
 
 # Kinds whose objects have no namespace: one named like its node, whatever metadata.namespace says.
-CLUSTER_SCOPED_KINDS = frozenset({"Node", "Numatopology", "NodeResourceTopology", "Queue", "PriorityClass"})
+CLUSTER_SCOPED_KINDS = frozenset(
+    {"Node", "Numatopology", "NodeResourceTopology", "Queue", "PriorityClass", "ResourceSlice", "DeviceClass"}
+)
 
 
 def object_key(kind: str, obj: Mapping[str, Any]) -> str:

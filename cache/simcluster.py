@@ -103,6 +103,8 @@ class SimCluster(Binder, StatusReporter):
             # The API server refuses an object without a name; so do we.
             self.load_problems.append(LoadProblem(source, f"{kind} <unknown>: metadata.name is missing; skipped"))
             return
+        if kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            metadata.setdefault("namespace", "default")
         if kind == "Pod":
             metadata.setdefault("namespace", "default")
             # The API server gives every pod a uid; simulated ones get a stable one.

@@ -22,6 +22,7 @@ tiers:
   - name: numa-aware
     arguments:
       weight: 10
+  - name: dra
 """
 
 

@@ -17,6 +17,7 @@ from numasched.plugins import (
     task_topology,
 )
 from numasched.plugins.accepted_noops import ACCEPTED_NOOP_PLUGINS, WarnOnce, noop_builder
+from numasched.plugins.dra import plugin as dra_plugin
 from numasched.plugins.numaaware import plugin as numaaware_plugin
 from numasched.scheduler.framework.registry import Registry
 
@@ -36,5 +37,6 @@ def register_builtin_plugins(registry: Registry, warnings: WarnOnce) -> None:
     registry.register_plugin(overcommit.PLUGIN_NAME, overcommit.build)
     registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
     registry.register_plugin(task_topology.PLUGIN_NAME, task_topology.TaskTopologyBuilder())
+    registry.register_plugin(dra_plugin.PLUGIN_NAME, dra_plugin.build)
     for name in ACCEPTED_NOOP_PLUGINS:
         registry.register_plugin(name, noop_builder(name, warnings))

@@ -58,6 +58,7 @@ from numasched.plugins.numaaware.providers.base import (
 )
 from numasched.plugins.numaaware.providers.cpu import CpuHintProvider, guaranteed_cpus
 from numasched.plugins.numaaware.providers.device import DeviceProvider, requested_devices
+from numasched.plugins.numaaware.providers.dra import DraHintProvider
 from numasched.plugins.numaaware.providers.memory import MemoryHintProvider, requested_memory
 
 _GIB = 1 << 30
@@ -80,6 +81,7 @@ def containers_in_order(task: TaskInfo) -> list[ContainerInfo]:
 
 
 def container_request(task: TaskInfo, container: ContainerInfo) -> HintRequest:
+    claims = task.claims.claims if task.claims is not None and container is _first_app(task) else ()
     return HintRequest(
         pod=task.key,
         container=container.name,
@@ -88,7 +90,13 @@ def container_request(task: TaskInfo, container: ContainerInfo) -> HintRequest:
         scope=TopologyScope.CONTAINER,
         containers=(container,),
         limits=container.limits,
+        claims=claims,
     )
+
+
+def _first_app(task: TaskInfo) -> ContainerInfo | None:
+    """The container a pod's ResourceClaims are aligned with in container scope."""
+    return next((container for container in task.containers if not container.init), None)
 
 
 def pod_request(task: TaskInfo) -> HintRequest:
@@ -99,6 +107,7 @@ def pod_request(task: TaskInfo) -> HintRequest:
         qos=task.qos,
         scope=TopologyScope.POD,
         containers=tuple(containers_in_order(task)),
+        claims=task.claims.claims if task.claims is not None else (),
     )
 
 
@@ -117,7 +126,7 @@ def _union(first: FreeResources, second: FreeResources) -> FreeResources:
             for numa, size in per_numa.items():
                 target[numa] = target.get(numa, 0) + size
     return FreeResources(
-        first.cpus | second.cpus, devices, memory, first.memory_groups, first.unknown, first.unknown_pods
+        first.cpus | second.cpus, devices, memory, first.memory_groups, first.unknown, first.unknown_pods, first.dra
     )
 
 
@@ -136,7 +145,7 @@ def _take(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResource
             per_numa = memory.setdefault(resource, {})
             for numa, size in value.items():
                 per_numa[numa] = max(0, per_numa.get(numa, 0) - size)
-    return FreeResources(cpus, devices, memory, pool.memory_groups, pool.unknown, pool.unknown_pods)
+    return FreeResources(cpus, devices, memory, pool.memory_groups, pool.unknown, pool.unknown_pods, pool.dra)
 
 
 def _add(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
@@ -396,7 +405,7 @@ class Admission:
     numa: NumaMask
 
 
-_BUILT_IN_PROVIDERS: frozenset[type] = frozenset({CpuHintProvider, DeviceProvider, MemoryHintProvider})
+_BUILT_IN_PROVIDERS: frozenset[type] = frozenset({CpuHintProvider, DeviceProvider, MemoryHintProvider, DraHintProvider})
 
 
 def _pins(provider: HintProvider, request: HintRequest, topology: NumaTopology) -> bool:
@@ -408,6 +417,8 @@ def _pins(provider: HintProvider, request: HintRequest, topology: NumaTopology) 
         return any(requested_devices(request, resource) > 0 for resource in provider.resources)
     if isinstance(provider, MemoryHintProvider):
         return provider.applies(request, topology) and bool(requested_memory(request, topology))
+    if isinstance(provider, DraHintProvider):
+        return bool(request.claims)
     return True
 
 
@@ -418,7 +429,10 @@ def _pins_nothing(request: HintRequest, topology: NumaTopology, providers: Seque
 def _allocation_follows_hint(request: HintRequest, topology: NumaTopology, providers: Sequence[HintProvider]) -> bool:
     """Whether the devices of the request are all chosen inside a preferred hint: false for NICs
     (placed next to the accelerators, and under nic-alignment required refused only at allocation)
-    and for devices that report no NUMA node (no hint, yet allocated and possibly short)."""
+    and for devices that report no NUMA node (no hint, yet allocated and possibly short); false
+    for ResourceClaims (their devices' NUMA nodes may be unknown, and they may be chosen off it)."""
+    if request.claims:
+        return False
     for provider in providers:
         if not isinstance(provider, DeviceProvider):
             continue

@@ -64,6 +64,7 @@ from numasched.plugins.numaaware.providers.device import (
     requested_devices,
 )
 from numasched.plugins.numaaware.providers.device_sets import set_quality
+from numasched.plugins.numaaware.providers.dra import dra_provider_factory
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
@@ -80,6 +81,8 @@ ARG_DEVICES = "devices"
 ARG_HINT_PROVIDERS = "hint-providers"
 ARG_UNKNOWN_TOPOLOGY = "unknown-topology"
 MAX_NODE_SCORE = 100
+# cpu, device, memory, dra (builtin_providers).
+BUILTIN_PROVIDER_COUNT = 4
 # Link quality adds at most a quarter of the NUMA score's range.
 LINK_SCORE_SHARE = 4
 
@@ -190,6 +193,7 @@ def task_shape(task: TaskInfo) -> Hashable:
     return (
         task.qos,
         tuple((c.name, c.init, c.sidecar, amounts(c.requests), amounts(c.limits)) for c in task.containers),
+        task.claims,
     )
 
 
@@ -213,6 +217,7 @@ def free_key(free: FreeResources) -> Hashable:
         free.memory_groups,
         tuple(free.unknown.items()),
         tuple(free.unknown_pods.items()),
+        None if free.dra is None else free.dra.key,
     )
 
 
@@ -230,6 +235,7 @@ def builtin_providers(provider_arguments: Mapping[str, Any]) -> list[HintProvide
         cpu_provider_factory(provider_arguments),
         device_provider_factory(provider_arguments),
         memory_provider_factory(provider_arguments),
+        dra_provider_factory(provider_arguments),
     ]
 
 
@@ -273,7 +279,7 @@ class NumaAwarePlugin:
     def on_session_open(self, ssn: Session) -> None:
         from numasched.scheduler.framework.session import EventHandler
 
-        self.providers = self.providers[:3] + self._extra_providers(ssn)
+        self.providers = self.providers[:BUILTIN_PROVIDER_COUNT] + self._extra_providers(ssn)
         self._session = ssn
         ssn.add_pre_predicate_fn(PLUGIN_NAME, self.pre_predicate)
         ssn.add_predicate_fn(PLUGIN_NAME, self.predicate)

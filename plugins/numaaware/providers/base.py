@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from numasched.api.dra import ClaimInfo
+from numasched.api.dra_claims import NodeDra, in_use_with_ledger
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
@@ -55,6 +57,8 @@ class HintRequest:
     scope: TopologyScope = TopologyScope.CONTAINER
     containers: tuple[ContainerInfo, ...] = ()
     limits: Resource = attrs.field(factory=Resource)
+    # The pod's ResourceClaims this request aligns (providers/dra.py); empty for most pods.
+    claims: tuple[ClaimInfo, ...] = ()
 
     def amount(self, resource: str) -> float:
         """The requested quantity in the resource's unit (CPUs, bytes, devices), not thousandths."""
@@ -89,6 +93,8 @@ class FreeResources:
     unknown: Mapping[str, int] = attrs.field(factory=dict)
     # The pods behind `unknown`, per resource, for messages.
     unknown_pods: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    # The node's DRA devices, those in use already taken out (None: no ResourceSlice applies).
+    dra: NodeDra | None = None
 
     def free_devices(self, resource: str) -> tuple[str, ...]:
         return tuple(self.devices.get(resource, ()))
@@ -166,4 +172,5 @@ def free_resources(node: NodeInfo) -> FreeResources:
         memory_groups=frozenset(groups),
         unknown={resource: count for resource, (count, _) in holdings.items()},
         unknown_pods={resource: pods for resource, (_, pods) in holdings.items()},
+        dra=None if node.dra is None else in_use_with_ledger(node.dra, node.numa_usage.devices),
     )

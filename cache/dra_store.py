@@ -1,0 +1,297 @@
+"""The cache's DRA objects (resource.k8s.io/v1): ResourceSlices, DeviceClasses, ResourceClaims and
+ResourceClaimTemplates, the claims each pod references, and per node what its slices offer.
+
+The cache hands every watch event of these kinds here (apply) and learns which nodes to rebuild;
+at a snapshot it asks for a node's DRA view (node_view) and a pod's resolved claims (pod_claims).
+Conversion is h4's (cache/convert_dra.py); a problem in an object is reported by kind, name and
+field through the cache's problem handler, and the rest of the object keeps working.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from numasched.api.dra import ClaimInfo, ClaimSpec, DeviceClassInfo, DraProblem, ResourceSliceInfo
+from numasched.api.dra_claims import NodeDra, PodClaimRef, PodClaims
+from numasched.cache.convert_dra import (
+    convert_claim_template,
+    convert_device_class,
+    convert_resource_claim,
+    convert_resource_slice,
+)
+from numasched.plugins.dra.allocator import DevicesInUse, NodeDevices
+
+DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
+DRA_CLUSTER_SCOPED_KINDS = frozenset({"ResourceSlice", "DeviceClass"})
+
+ProblemHandler = Callable[[str, str, str], None]
+# Nodes to rebuild after an event: these names, or every node (None).
+Affected = set[str] | None
+
+
+def generated_claim_name(pod_name: str, pod_claim_name: str, pod_uid: str) -> str:
+    """The name the resource claim controller gives a claim made from a template: generateName
+    `<pod>-<pod claim>-` (each part cut to 16 characters when together they pass 47, as upstream
+    does) plus five characters; ours are derived from the pod's uid, so a simulation is repeatable."""
+    prefix = f"{pod_name}-{pod_claim_name}"
+    if len(prefix) > 47:
+        prefix = f"{pod_name[:16]}-{pod_claim_name[:16]}"
+    suffix = hashlib.sha256(f"{pod_uid}/{pod_claim_name}".encode()).hexdigest()[:5]
+    return f"{prefix}-{suffix}"
+
+
+def pod_claim_refs(pod: Mapping[str, Any]) -> tuple[tuple[PodClaimRef, ...], dict[str, str | None], str]:
+    """spec.resourceClaims, status.resourceClaimStatuses (pod claim name -> claim name; None: the
+    controller decided no claim is needed), and a problem ("" when none) naming the field."""
+    spec = pod.get("spec")
+    status = pod.get("status")
+    raw_refs = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    if not raw_refs:
+        return (), {}, ""
+    if not isinstance(raw_refs, list):
+        return (), {}, "spec.resourceClaims: expected a list"
+    refs: list[PodClaimRef] = []
+    for index, raw in enumerate(raw_refs):
+        field = f"spec.resourceClaims[{index}]"
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str) or not raw["name"]:
+            return (), {}, f"{field}: expected an object with a name"
+        claim_name, template_name = raw.get("resourceClaimName"), raw.get("resourceClaimTemplateName")
+        if (claim_name is None) == (template_name is None):
+            return (), {}, f"{field}: exactly one of resourceClaimName and resourceClaimTemplateName is required"
+        if not isinstance(claim_name or template_name, str):
+            return (), {}, f"{field}: the claim or template name must be a string"
+        refs.append(PodClaimRef(raw["name"], claim_name, template_name))
+    statuses: dict[str, str | None] = {}
+    raw_statuses = status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None
+    for entry in raw_statuses if isinstance(raw_statuses, list) else ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            claim = entry.get("resourceClaimName")
+            statuses[entry["name"]] = claim if isinstance(claim, str) and claim else None
+    return tuple(refs), statuses, ""
+
+
+def _requirement_matches(requirement: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    key, operator = requirement.get("key"), requirement.get("operator")
+    wanted = [str(value) for value in requirement.get("values") or ()]
+    if not isinstance(key, str):
+        return False
+    present = key in values
+    if operator == "In":
+        return present and values[key] in wanted
+    if operator == "NotIn":
+        return not present or values[key] not in wanted
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(wanted) == 1:
+        try:
+            actual, bound = int(values[key]), int(wanted[0])
+        except ValueError:
+            return False
+        return actual > bound if operator == "Gt" else actual < bound
+    return False
+
+
+def node_selector_matches(selector: Mapping[str, object], node_name: str, labels: Mapping[str, str]) -> bool:
+    """A core/v1 NodeSelector (a slice's spec.nodeSelector): its terms ORed, each term's
+    expressions and fields ANDed; a term with neither matches nothing."""
+    terms = selector.get("nodeSelectorTerms")
+    fields = {"metadata.name": node_name}
+    for term in terms if isinstance(terms, list) else ():
+        if not isinstance(term, Mapping):
+            continue
+        expressions = [e for e in term.get("matchExpressions") or () if isinstance(e, Mapping)]
+        field_terms = [e for e in term.get("matchFields") or () if isinstance(e, Mapping)]
+        if not expressions and not field_terms:
+            continue
+        if all(_requirement_matches(e, labels) for e in expressions) and all(
+            _requirement_matches(e, fields) for e in field_terms
+        ):
+            return True
+    return False
+
+
+def _key_of(obj: Mapping[str, Any], namespaced: bool) -> str:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return "<no metadata>"
+    name = str(metadata.get("name") or "<no name>")
+    return f"{metadata.get('namespace') or 'default'}/{name}" if namespaced else name
+
+
+class DraStore:
+    def __init__(self, on_problem: ProblemHandler) -> None:
+        self._on_problem = on_problem
+        self.slices: dict[str, ResourceSliceInfo] = {}
+        self.classes: dict[str, DeviceClassInfo] = {}
+        # A copy made on every class change: node views share it, and it never changes under them.
+        self._classes_view: Mapping[str, DeviceClassInfo] = {}
+        self.claims: dict[str, ClaimInfo] = {}
+        self.templates: dict[str, ClaimSpec] = {}
+        # Claim owners' uids, by claim key (a claim made from a template belongs to its pod).
+        self._owners: dict[str, frozenset[str]] = {}
+        # Slice and class content version: part of every node view's key.
+        self._version = 0
+        # Per pod uid: its claim references, its claim statuses, and a problem in them.
+        self._pods: dict[str, tuple[tuple[PodClaimRef, ...], dict[str, str | None], str]] = {}
+
+    @property
+    def in_use_anywhere(self) -> bool:
+        return bool(self.slices)
+
+    def _report(self, problems: Iterable[DraProblem]) -> None:
+        for problem in problems:
+            name = f"{problem.namespace}/{problem.name}" if problem.namespace else problem.name
+            self._on_problem(problem.kind, name, f"{problem.field}: {problem.message}")
+
+    # ---- events -------------------------------------------------------------------------------
+
+    def apply(self, kind: str, obj: Mapping[str, Any], deleted: bool) -> Affected:
+        """One watch event; the nodes whose DRA view it changes."""
+        if kind == "ResourceSlice":
+            return self._on_slice(obj, deleted)
+        if kind == "DeviceClass":
+            key = _key_of(obj, namespaced=False)
+            self._version += 1
+            if deleted:
+                self.classes.pop(key, None)
+                self._classes_view = dict(self.classes)
+                return None
+            device_class, problems = convert_device_class(obj)
+            self._report(problems)
+            if device_class is not None:
+                self.classes[device_class.name] = device_class
+            self._classes_view = dict(self.classes)
+            return None
+        if kind == "ResourceClaim":
+            return self._on_claim(obj, deleted)
+        if kind == "ResourceClaimTemplate":
+            key = _key_of(obj, namespaced=True)
+            if deleted:
+                self.templates.pop(key, None)
+                return set()
+            converted, problems = convert_claim_template(obj)
+            self._report(problems)
+            if converted is not None:
+                namespace, name, spec = converted
+                self.templates[f"{namespace}/{name}"] = spec
+            return set()
+        return set()
+
+    @staticmethod
+    def _slice_nodes(found: ResourceSliceInfo | None) -> Affected:
+        if found is None:
+            return set()
+        return {found.node_name} if found.node_name else None
+
+    def _on_slice(self, obj: Mapping[str, Any], deleted: bool) -> Affected:
+        key = _key_of(obj, namespaced=False)
+        old = self.slices.pop(key, None)
+        self._version += 1
+        new = None
+        if not deleted:
+            new, problems = convert_resource_slice(obj)
+            self._report(problems)
+            if new is not None:
+                self.slices[key] = new
+        before, after = self._slice_nodes(old), self._slice_nodes(new)
+        return None if before is None or after is None else before | after
+
+    def _on_claim(self, obj: Mapping[str, Any], deleted: bool) -> Affected:
+        key = _key_of(obj, namespaced=True)
+        old = self.claims.pop(key, None)
+        self._owners.pop(key, None)
+        new = None
+        if not deleted:
+            new, problems = convert_resource_claim(obj)
+            self._report(problems)
+            if new is not None:
+                self.claims[new.key] = new
+                metadata = obj.get("metadata")
+                owners = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
+                self._owners[new.key] = frozenset(
+                    str(owner["uid"])
+                    for owner in owners or ()
+                    if isinstance(owner, Mapping) and owner.get("kind") == "Pod" and owner.get("uid")
+                )
+        affected: set[str] = set()
+        for claim in (old, new):
+            if claim is None or claim.allocation is None:
+                continue
+            if claim.allocation.node_name is None:
+                return None
+            affected.add(claim.allocation.node_name)
+        return affected
+
+    def set_pod(self, uid: str, pod: Mapping[str, Any] | None) -> None:
+        if pod is None:
+            self._pods.pop(uid, None)
+            return
+        refs, statuses, problem = pod_claim_refs(pod)
+        if refs or problem:
+            self._pods[uid] = (refs, statuses, problem)
+        else:
+            self._pods.pop(uid, None)
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def pod_claims(self, uid: str, namespace: str, pod_name: str) -> PodClaims | None:
+        """The pod's claims as they are now; None when it references none."""
+        entry = self._pods.get(uid)
+        if entry is None:
+            return None
+        refs, statuses, problem = entry
+        if problem:
+            return PodClaims(problem=f"pod {namespace}/{pod_name}: {problem}")
+        resolved: list[ClaimInfo] = []
+        for ref in refs:
+            if ref.claim_name is not None:
+                claim_name = ref.claim_name
+            else:
+                if ref.name not in statuses:
+                    return PodClaims(
+                        problem=f"waiting for the ResourceClaim of pod claim {ref.name!r} to be created from "
+                        f"ResourceClaimTemplate {namespace}/{ref.template_name}"
+                    )
+                generated = statuses[ref.name]
+                if generated is None:
+                    continue  # the controller decided this pod claim needs no claim
+                claim_name = generated
+            claim = self.claims.get(f"{namespace}/{claim_name}")
+            if claim is None:
+                return PodClaims(
+                    problem=f"waiting for ResourceClaim {namespace}/{claim_name} (pod claim {ref.name!r}): not found"
+                )
+            if ref.template_name is not None and uid not in self._owners.get(claim.key, frozenset()):
+                return PodClaims(
+                    problem=f"ResourceClaim {claim.key} (pod claim {ref.name!r}) was not created for this pod "
+                    "(no ownerReference to it)"
+                )
+            resolved.append(claim)
+        return PodClaims(tuple(resolved))
+
+    def node_view(self, node_name: str, labels: Mapping[str, str]) -> NodeDra | None:
+        """What the node's slices offer and what allocated claims hold of it; None when no slice
+        applies to the node."""
+        applying = [
+            found
+            for found in self.slices.values()
+            if found.node_name == node_name
+            or found.all_nodes
+            or (found.node_selector is not None and node_selector_matches(found.node_selector, node_name, labels))
+        ]
+        if not applying:
+            return None
+        devices = NodeDevices.from_slices(node_name, applying)
+        allocations = [
+            claim.allocation
+            for claim in self.claims.values()
+            if claim.allocation is not None and claim.allocation.node_name in (None, node_name)
+        ]
+        in_use = DevicesInUse.from_allocations(allocations, devices)
+        counters = tuple(sorted((key, tuple(sorted(values.items()))) for key, values in in_use.counters.items()))
+        key = (self._version, tuple(device.id for device in devices.devices), in_use.devices, counters)
+        return NodeDra(devices, in_use, self._classes_view, key)
