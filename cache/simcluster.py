@@ -17,6 +17,8 @@ from numasched.api.job import JobInfo
 from numasched.api.task import TaskInfo
 from numasched.cache.binder import Binder, BindOutcome, BindRequest, BindStatus, StatusReporter
 from numasched.cache.cache import KINDS, Cache
+from numasched.cache.claim_status import ClaimWriteError, release_claims, reserve_claims
+from numasched.cache.dra_store import generated_claim_name, pod_claim_refs
 from numasched.cache.events import EventType, ObjectEvent, object_key, object_name
 
 # Kinds the simulator understands beyond those the cache converts.
@@ -75,6 +77,8 @@ class SimCluster(Binder, StatusReporter):
         self.events: list[ClusterEvent] = []
         self.load_problems: list[LoadProblem] = []
         self.bind_count: dict[str, int] = {}
+        # Tests: refuse this many bindings after the pods' claims were written (they roll back).
+        self.fail_binds_after_claims = 0
 
     def load_text(self, text: str, source: str) -> None:
         for obj in _documents(text, source, self.load_problems):
@@ -113,6 +117,71 @@ class SimCluster(Binder, StatusReporter):
         self.objects[kind][object_key(kind, stored)] = stored
         if kind in KINDS:
             self.cache.apply(ObjectEvent(kind, EventType.ADDED, stored))
+        if kind == "Pod":
+            self._create_template_claims([stored])
+        elif kind == "ResourceClaimTemplate":
+            self._create_template_claims(list(self.objects["Pod"].values()))
+
+    # ---- the resource claim controller --------------------------------------------------------
+
+    def _create_template_claims(self, pods: list[dict[str, Any]]) -> None:
+        """What kube-controller-manager's resource claim controller does: for each pending pod
+        claim that names a ResourceClaimTemplate, create the claim (owned by the pod, named as the
+        controller names it) and record it in the pod's status.resourceClaimStatuses."""
+        for pod in pods:
+            refs, statuses, problem = pod_claim_refs(pod)
+            if problem or (pod.get("spec") or {}).get("nodeName"):
+                continue
+            metadata = pod["metadata"]
+            namespace, pod_name, uid = metadata["namespace"], metadata["name"], str(metadata["uid"])
+            created: list[dict[str, Any]] = []
+            for ref in refs:
+                template = self.objects["ResourceClaimTemplate"].get(f"{namespace}/{ref.template_name}")
+                if ref.template_name is None or ref.name in statuses or template is None:
+                    continue
+                name = generated_claim_name(pod_name, ref.name, uid)
+                raw_spec = template.get("spec")
+                template_spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+                claim = {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "uid": f"sim-claim-{namespace}-{name}",
+                        "resourceVersion": "1",
+                        "annotations": {"resource.kubernetes.io/pod-claim-name": ref.name},
+                        "ownerReferences": [
+                            {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid, "controller": True}
+                        ],
+                    },
+                    "spec": copy.deepcopy(template_spec.get("spec") or {}),
+                }
+                self.objects["ResourceClaim"][f"{namespace}/{name}"] = claim
+                self.cache.apply(ObjectEvent("ResourceClaim", EventType.ADDED, claim))
+                created.append({"name": ref.name, "resourceClaimName": name})
+            if created:
+                status = pod.setdefault("status", {})
+                status["resourceClaimStatuses"] = [*(status.get("resourceClaimStatuses") or []), *created]
+                self.cache.apply(ObjectEvent("Pod", EventType.MODIFIED, pod))
+
+    # ---- ClaimStore ---------------------------------------------------------------------------
+
+    async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.objects["ResourceClaim"].get(f"{namespace}/{name}")
+
+    async def put_claim_status(self, claim: Mapping[str, Any]) -> None:
+        metadata = claim.get("metadata") or {}
+        key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+        stored = self.objects["ResourceClaim"].get(key)
+        if stored is None:
+            raise ClaimWriteError(f"ResourceClaim {key} not found")
+        version = str((stored.get("metadata") or {}).get("resourceVersion") or "")
+        if str(metadata.get("resourceVersion") or "") != version:
+            raise ClaimWriteError(f"ResourceClaim {key} was changed meanwhile", conflict=True)
+        stored["status"] = copy.deepcopy(claim.get("status") or {})
+        stored.setdefault("metadata", {})["resourceVersion"] = str(int(version or "0") + 1)
+        self.cache.apply(ObjectEvent("ResourceClaim", EventType.MODIFIED, stored))
 
     def config_maps(self) -> list[Mapping[str, Any]]:
         return list(self.objects["ConfigMap"].values())
@@ -132,6 +201,14 @@ class SimCluster(Binder, StatusReporter):
             return BindOutcome(BindStatus.CONFLICT, f"pod {task.key} is already assigned to node {spec['nodeName']}")
         if request.node_name not in self.objects["Node"]:
             return BindOutcome(BindStatus.FAILED, f"node {request.node_name} not found")
+        # The claims first (kube-scheduler's PreBind): a pod is never bound without its devices.
+        written, problem = await reserve_claims(self, task, request.node_name)
+        if problem:
+            return BindOutcome(BindStatus.FAILED, problem)
+        if self.fail_binds_after_claims:
+            self.fail_binds_after_claims -= 1
+            await release_claims(self, written, task)
+            return BindOutcome(BindStatus.FAILED, "bind refused (simulated fault)")
         spec["nodeName"] = request.node_name
         pod.setdefault("metadata", {}).setdefault("annotations", {}).update(request.annotations)
         status = pod.setdefault("status", {})
