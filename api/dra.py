@@ -58,7 +58,7 @@ class SemVer:
         """SemVer precedence: a release sorts after its pre-releases; numeric identifiers before
         alphanumeric ones, numerically."""
         pre = tuple((0, int(part)) if part.isdigit() else (1, part) for part in self.prerelease)
-        return (self.major, self.minor, self.patch, 0 if self.prerelease else 1, pre)  # type: ignore[return-value]
+        return (self.major, self.minor, self.patch, 0 if self.prerelease else 1, pre)
 
 
 # One attribute value: exactly one of int, bool, string, version, or a list of one of them.

@@ -34,7 +34,7 @@ import attrs
 import celpy
 from celpy import celtypes
 
-from numasched.api.dra import AttributeValue, DraDevice, SemVer, split_qualified
+from numasched.api.dra import AttributeValue, DeviceId, DraDevice, SemVer, split_qualified
 from numasched.api.quantity import QuantityError, parse_quantity
 
 # An expression longer than this is refused without compiling (the API server's limit).
@@ -258,6 +258,10 @@ class CelEvaluator:
     _programs: dict[str, Any | str] = attrs.field(factory=dict, init=False)
     _environment: Any = attrs.field(factory=celpy.Environment, init=False)
     _functions: Mapping[str, Callable[..., Any]] = attrs.field(factory=_library, init=False)
+    # (expression, device id) -> (the device judged, result): devices are frozen, so a result
+    # holds while the same device object is asked about again (a new slice makes new objects).
+    _verdicts: dict[tuple[str, DeviceId], tuple[DraDevice, CelResult]] = attrs.field(factory=dict, init=False)
+    max_verdicts: int = 65536
 
     def compile(self, expression: str) -> str | None:
         """None when the expression compiles; else the compiler's message."""
@@ -273,13 +277,27 @@ class CelEvaluator:
         else:
             try:
                 program = self._environment.program(self._environment.compile(expression), functions=self._functions)
-            except Exception as error:  # noqa: BLE001 - celpy raises parser errors of several kinds
+            except Exception as error:
                 program = "does not compile: " + " ".join(str(error).split())[:200]
         if len(self._programs) >= self.max_programs:
             for key in list(self._programs)[: self.max_programs // 2]:
                 del self._programs[key]
         self._programs[expression] = program
         return program
+
+    def selects(self, expression: str, device: DraDevice, activation: Mapping[str, Any] | None = None) -> CelResult:
+        """matches(), remembered per expression and device object (the hot path asks the same
+        question for every pod with the same claim spec)."""
+        key = (expression, device.id)
+        known = self._verdicts.get(key)
+        if known is not None and known[0] is device:
+            return known[1]
+        result = self.matches(expression, device, activation)
+        if len(self._verdicts) >= self.max_verdicts:
+            for stale in list(self._verdicts)[: self.max_verdicts // 2]:
+                del self._verdicts[stale]
+        self._verdicts[key] = (device, result)
+        return result
 
     def matches(self, expression: str, device: DraDevice, activation: Mapping[str, Any] | None = None) -> CelResult:
         """Whether `expression` selects `device`; `activation` is device_activation(device) when
@@ -289,7 +307,7 @@ class CelEvaluator:
             return CelResult(False, f"CEL {_short(expression)}: {program}")
         try:
             value = program.evaluate(dict(activation) if activation is not None else device_activation(device))
-        except Exception as error:  # noqa: BLE001 - celpy wraps evaluation errors; any is a non-match
+        except Exception as error:
             return CelResult(False, f"CEL {_short(expression)} on {device.describe()}: {_message(error)}")
         if not isinstance(value, celtypes.BoolType):
             return CelResult(False, f"CEL {_short(expression)}: result is {type(value).__name__}, not bool")
