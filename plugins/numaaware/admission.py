@@ -220,9 +220,11 @@ def rejection_reason(
             resources.append(resource)
             _, alone = merge(policy, [{resource: hints}], topology.numa_ids)
             if not alone:
-                amount = _format_amount(resource, request.amount(resource))
+                # ResourceClaims are named, not counted (their hints are the claims' together).
+                amount = request.amount(resource)
+                what = f"{resource} {_format_amount(resource, amount)}" if amount else resource
                 return _with_free(
-                    f"{request.describe()}: {resource} {amount} cannot be aligned {_where(policy)}",
+                    f"{request.describe()}: {what} cannot be aligned {_where(policy)}",
                     [resource],
                     topology,
                     free,
