@@ -130,7 +130,7 @@ class SimCluster(Binder, StatusReporter):
         controller names it) and record it in the pod's status.resourceClaimStatuses."""
         for pod in pods:
             refs, statuses, problem = pod_claim_refs(pod)
-            if problem or (pod.get("spec") or {}).get("nodeName"):
+            if problem or not refs or pod["spec"].get("nodeName"):
                 continue
             metadata = pod["metadata"]
             namespace, pod_name, uid = metadata["namespace"], metadata["name"], str(metadata["uid"])

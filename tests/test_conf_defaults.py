@@ -12,7 +12,7 @@ def test_default_actions_and_tiers() -> None:
     assert config.actions == ("enqueue", "allocate", "backfill")
     assert [[plugin.name for plugin in tier.plugins] for tier in config.tiers] == [
         ["priority", "gang", "conformance"],
-        ["predicates", "nodeorder", "binpack", "numa-aware"],
+        ["predicates", "nodeorder", "binpack", "numa-aware", "dra"],
     ]
     numa_aware = config.tiers[1].plugins[3]
     assert numa_aware.arguments == {"weight": 10}

@@ -51,7 +51,8 @@ GPU_CLASS = {
         "selectors": [
             {
                 "cel": {
-                    "expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
                 }
             }
         ]
