@@ -26,6 +26,7 @@ from kubernetes_asyncio import client
 from numasched.api.job import JobInfo
 from numasched.api.task import TaskInfo
 from numasched.cache.binder import Binder, BindOutcome, BindRequest, BindStatus, StatusReporter
+from numasched.cache.claim_status import ClaimWriteError, release_claims, reserve_claims
 from numasched.cache.kube.informer import read_status
 
 log = structlog.get_logger("numasched.binder")
@@ -59,14 +60,66 @@ def outcome_for_status(status: int, message: str) -> BindOutcome:
 
 
 class KubeBinder(Binder):
-    """POST pods/{name}/binding with the allocation annotations in the Binding's metadata."""
+    """POST pods/{name}/binding with the allocation annotations in the Binding's metadata; before
+    it, the pod's ResourceClaims' status (cache/claim_status.py), taken back if the binding fails."""
 
     def __init__(self, api_client: client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         # Any: in raw mode the client returns the HTTP response, not the model its stubs promise.
         self._core: Any = client.CoreV1Api(api_client)
+        self._custom: Any = client.CustomObjectsApi(api_client)
         self._timeout = timeout
 
+    # ---- ClaimStore (resource.k8s.io/v1 resourceclaims) ----------------------------------------
+
+    async def get_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            response = await self._custom.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", namespace, "resourceclaims", name,
+                _preload_content=False, _request_timeout=self._timeout,
+            )  # fmt: skip
+            if response.status == 404:
+                response.release()
+                return None
+            if not 200 <= response.status < 300:
+                error = await read_status(response)
+                raise ClaimWriteError(f"reading it failed: {error.status}: {error.message}")
+            found: Mapping[str, Any] = json.loads(await response.read())
+            return found
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
+            raise ClaimWriteError(f"reading it failed: {error!r}") from None
+
+    async def put_claim_status(self, claim: Mapping[str, Any]) -> None:
+        metadata = claim.get("metadata") or {}
+        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+        try:
+            response = await self._custom.replace_namespaced_custom_object_status(
+                "resource.k8s.io", "v1", namespace, "resourceclaims", name, dict(claim),
+                _preload_content=False, _request_timeout=self._timeout,
+            )  # fmt: skip
+            if 200 <= response.status < 300:
+                response.release()
+                return
+            error = await read_status(response)
+            raise ClaimWriteError(
+                f"status write refused: {error.status}: {error.message}", conflict=error.status == 409
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            raise ClaimWriteError(f"status write failed: {error!r}") from None
+
     async def bind(self, request: BindRequest) -> BindOutcome:
+        task = request.task
+        # The claims first (kube-scheduler's PreBind): a pod is never bound without its devices.
+        written, problem = await reserve_claims(self, task, request.node_name)
+        if problem:
+            log.warning("claims not written", pod=task.key, node=request.node_name, error=problem)
+            return BindOutcome(BindStatus.FAILED, problem)
+        outcome = await self._bind_pod(request)
+        if outcome.status is not BindStatus.BOUND and written:
+            for failure in await release_claims(self, written, task):
+                log.warning("claim not released", pod=task.key, error=failure)
+        return outcome
+
+    async def _bind_pod(self, request: BindRequest) -> BindOutcome:
         task = request.task
         body: dict[str, Any] = {
             "apiVersion": "v1",

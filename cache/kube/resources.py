@@ -158,6 +158,24 @@ def build_informers(
             timing=timing,
         ),
     ]
+    # Dynamic Resource Allocation: optional, as an API server without resource.k8s.io/v1 (before
+    # Kubernetes 1.34, or with the group off) answers 404; that is said once and nothing waits on it.
+    informers.extend(
+        Informer(
+            kind,
+            "resource.k8s.io/v1",
+            custom_list("resource.k8s.io", "v1", plural),
+            cache,
+            optional=True,
+            timing=timing,
+        )
+        for kind, plural in (
+            ("ResourceSlice", "resourceslices"),
+            ("DeviceClass", "deviceclasses"),
+            ("ResourceClaim", "resourceclaims"),
+            ("ResourceClaimTemplate", "resourceclaimtemplates"),
+        )
+    )
     if config_feed is not None:
         reference = config_feed.reference
         informers.append(
