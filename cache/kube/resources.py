@@ -161,20 +161,40 @@ def build_informers(
     # Dynamic Resource Allocation: optional, as an API server without resource.k8s.io/v1 (before
     # Kubernetes 1.34, or with the group off) answers 404; that is said once and nothing waits on it.
     informers.extend(
-        Informer(
-            kind,
-            "resource.k8s.io/v1",
-            custom_list("resource.k8s.io", "v1", plural),
-            cache,
-            optional=True,
-            timing=timing,
-        )
-        for kind, plural in (
-            ("ResourceSlice", "resourceslices"),
-            ("DeviceClass", "deviceclasses"),
-            ("ResourceClaim", "resourceclaims"),
-            ("ResourceClaimTemplate", "resourceclaimtemplates"),
-        )
+        [
+            Informer(
+                "ResourceSlice",
+                "resource.k8s.io/v1",
+                custom_list("resource.k8s.io", "v1", "resourceslices"),
+                cache,
+                optional=True,
+                timing=timing,
+            ),
+            Informer(
+                "DeviceClass",
+                "resource.k8s.io/v1",
+                custom_list("resource.k8s.io", "v1", "deviceclasses"),
+                cache,
+                optional=True,
+                timing=timing,
+            ),
+            Informer(
+                "ResourceClaim",
+                "resource.k8s.io/v1",
+                custom_list("resource.k8s.io", "v1", "resourceclaims"),
+                cache,
+                optional=True,
+                timing=timing,
+            ),
+            Informer(
+                "ResourceClaimTemplate",
+                "resource.k8s.io/v1",
+                custom_list("resource.k8s.io", "v1", "resourceclaimtemplates"),
+                cache,
+                optional=True,
+                timing=timing,
+            ),
+        ]
     )
     if config_feed is not None:
         reference = config_feed.reference
