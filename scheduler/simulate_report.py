@@ -14,10 +14,21 @@ import yaml
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION, AllocationError, allocation_from_json
 from numasched.cache.convert_pod import GROUP_NAME_ANNOTATION, VOLCANO_GROUP_NAME_ANNOTATION, pod_job_id
+from numasched.cache.dra_store import pod_claim_refs
 from numasched.cache.sim_evictor import SimEviction
 from numasched.cache.simcluster import SimCluster
 
 REPORT_VERSION = 1
+
+
+@attrs.frozen(slots=True)
+class ClaimPlacement:
+    """One ResourceClaim of a pod and the devices its status.allocation names."""
+
+    pod_claim: str  # the entry's name in pod.spec.resourceClaims
+    claim: str  # namespace/name of the ResourceClaim ("" when not created yet)
+    # (request, driver, pool, device) per allocation result.
+    devices: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -31,6 +42,7 @@ class PodPlacement:
     cpuset: str = ""
     devices: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     reason: str = ""
+    claims: tuple[ClaimPlacement, ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -118,6 +130,33 @@ def _placement(pod: Mapping[str, Any], waiting: Mapping[str, str]) -> tuple[PodP
     )
 
 
+def _claim_results(claim: Mapping[str, Any]) -> tuple[tuple[str, str, str, str], ...]:
+    allocation = _object(_object(claim.get("status")).get("allocation"))
+    results = _object(allocation.get("devices")).get("results")
+    listed = results if isinstance(results, list) else []
+    return tuple(
+        (str(r.get("request", "")), str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", "")))
+        for r in listed
+        if isinstance(r, Mapping)
+    )
+
+
+def pod_claims(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> tuple[ClaimPlacement, ...]:
+    """The pod's ResourceClaims (spec.resourceClaims, resolved through status.resourceClaimStatuses
+    for templates) with the devices allocated to each."""
+    refs, statuses, _ = pod_claim_refs(pod)
+    namespace = str(_object(pod.get("metadata")).get("namespace") or "default")
+    found: list[ClaimPlacement] = []
+    for ref in refs:
+        name = ref.claim_name if ref.claim_name is not None else statuses.get(ref.name)
+        if not name:
+            found.append(ClaimPlacement(ref.name, ""))
+            continue
+        claim = claims.get(f"{namespace}/{name}")
+        found.append(ClaimPlacement(ref.name, f"{namespace}/{name}", _claim_results(claim) if claim else ()))
+    return tuple(found)
+
+
 def build_report(
     cluster: SimCluster, *, cycles: int, seconds: float, evictions: Sequence[SimEviction] = ()
 ) -> SimulationReport:
@@ -136,7 +175,8 @@ def build_report(
         if _object(pod.get("spec")).get("schedulerName") not in cluster.cache.scheduler_names:
             continue
         placement, problem = _placement(pod, waiting)
-        placements.append(placement)
+        claims = pod_claims(pod, cluster.objects["ResourceClaim"])
+        placements.append(attrs.evolve(placement, claims=claims) if claims else placement)
         if problem is not None:
             problems.append(problem)
     placements.sort(key=lambda p: (p.namespace, p.name))
@@ -178,6 +218,17 @@ def report_document(report: SimulationReport) -> dict[str, Any]:
                 "cpuset": pod.cpuset,
                 "devices": {resource: list(ids) for resource, ids in pod.devices.items()},
                 "reason": pod.reason,
+                "claims": [
+                    {
+                        "name": claim.pod_claim,
+                        "claim": claim.claim,
+                        "devices": [
+                            {"request": request, "driver": driver, "pool": pool, "device": device}
+                            for request, driver, pool, device in claim.devices
+                        ],
+                    }
+                    for claim in pod.claims
+                ],
             }
             for pod in report.pods
         ],
@@ -223,6 +274,18 @@ def _render_table(report: SimulationReport) -> str:
             devices or "-",
         )
     console.print(placed)
+    claimed = [pod for pod in report.pods if pod.claims]
+    if claimed:
+        table = Table(title="ResourceClaims", title_justify="left")
+        for column in ("POD", "POD CLAIM", "CLAIM", "DEVICES"):
+            table.add_column(column, overflow="fold")
+        for pod in claimed:
+            for claim in pod.claims:
+                devices = " ".join(f"{request}={driver}/{pool}/{name}" for request, driver, pool, name in claim.devices)
+                table.add_row(
+                    f"{pod.namespace}/{pod.name}", claim.pod_claim, claim.claim or "(not created)", devices or "-"
+                )
+        console.print(table)
     unplaced = [pod for pod in report.pods if pod.status != "Bound"]
     if unplaced:
         table = Table(title="Not placed", title_justify="left")
