@@ -356,9 +356,6 @@ class _Search:
         slot = self.slots[index]
         for alternative in slot.alternatives:
             for devices in self._device_sets(slot, alternative, mask, used, matched, distinct):
-                if not self.budget.take():
-                    self.exhausted = True
-                    return
                 if len(devices) > claim_room[slot.claim]:
                     continue
                 consuming = not alternative.request.admin_access
@@ -396,6 +393,8 @@ class _Search:
                     distinct[position].discard(key)
                 if len(found) >= limit or self.exhausted:
                     return
+            if self.exhausted:
+                return
 
     def _device_sets(
         self,
@@ -425,6 +424,9 @@ class _Search:
             return True
 
         if request.allocation_mode is AllocationMode.ALL:
+            if not self.budget.take():
+                self.exhausted = True
+                return
             devices = alternative.matching
             if not devices or len(devices) != len(alternative.candidates):
                 return  # some matching device is in use (or none matches): All cannot be met
@@ -454,6 +456,10 @@ class _Search:
             if len(group) < request.count:
                 continue
             for combination in itertools.combinations(group, request.count):
+                # Every set looked at costs a step, kept or not: the budget bounds the work.
+                if not self.budget.take():
+                    self.exhausted = True
+                    return
                 if self._distinct_within(combination, covering):
                     yield combination
 
