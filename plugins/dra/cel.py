@@ -15,9 +15,17 @@ environment mirrors k8s.io/dynamic-resource-allocation/cel:
   `.isGreaterThan(q)`, `.add(q|int)`, `.sub(q|int)`, `.asInteger()`, `.asApproximateFloat()`,
   `.isInteger()`, `.sign()` and `==`.
 - `.includes(x)` on list-valued attributes (and scalars, where it is equality).
+- from the strings extension: `.lowerAscii()`, `.upperAscii()`, `.trim()`, `.indexOf(s)`,
+  `.lastIndexOf(s)`, `.replace(a, b)`, `.split(s)`; CEL's own `.matches(re)`, `.contains(s)`,
+  `.startsWith(s)`, `.endsWith(s)`, `size()`.
 
 Not available: the `cel.bind` macro (celpy's parser has no macro for it) — such an expression
 fails to compile and every device it selects is reported as not matching.
+
+celpy does not type-check when compiling, as cel-go does: an ill-typed expression (e.g. `'a' in
+'abc'`) fails only when evaluated, or evaluates where cel-go would refuse it. The API server
+compiles and type-checks every selector when the object is created, so such expressions do not
+reach the scheduler.
 
 Each expression is compiled once (CelEvaluator keeps the compiled programs by expression text).
 """
@@ -154,6 +162,24 @@ def _quantity_only(function: Callable[[CelQuantity], Any]) -> Callable[[Any], An
     return checked
 
 
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise CelTypeError("expected a string")
+    return str(value)
+
+
+def _string_only(function: Callable[[str], Any]) -> Callable[[Any], Any]:
+    def checked(value: Any) -> Any:
+        return function(_text(value))
+
+    return checked
+
+
+def _ascii_case(text: str, change: Callable[[str], str]) -> str:
+    """lowerAscii/upperAscii change ASCII letters only (non-ASCII letters stay as they are)."""
+    return "".join(change(char) if char.isascii() else char for char in text)
+
+
 def _is_semver(text: Any) -> celtypes.BoolType:
     return celtypes.BoolType(parse_semver(str(text)) is not None)
 
@@ -187,6 +213,16 @@ def _library() -> dict[str, Callable[..., Any]]:
         "isInteger": _quantity_only(lambda q: celtypes.BoolType(q.value.denominator == 1)),
         "sign": _quantity_only(lambda q: celtypes.IntType((q.value > 0) - (q.value < 0))),
         "includes": _includes,
+        # The CEL strings extension Kubernetes enables (cel-go ext.Strings), the parts selectors use.
+        "lowerAscii": _string_only(lambda text: celtypes.StringType(_ascii_case(text, str.lower))),
+        "upperAscii": _string_only(lambda text: celtypes.StringType(_ascii_case(text, str.upper))),
+        "trim": _string_only(lambda text: celtypes.StringType(text.strip())),
+        "indexOf": lambda text, part: celtypes.IntType(_text(text).find(_text(part))),
+        "lastIndexOf": lambda text, part: celtypes.IntType(_text(text).rfind(_text(part))),
+        "replace": lambda text, old, new: celtypes.StringType(_text(text).replace(_text(old), _text(new))),
+        "split": lambda text, separator: celtypes.ListType(
+            [celtypes.StringType(part) for part in _text(text).split(_text(separator))]
+        ),
     }
 
 
