@@ -532,10 +532,14 @@ def _claim_spec(reader: _Reader, raw: Any, field: str) -> tuple[ClaimSpec, bool]
                 complete = False
             else:
                 requests.append(request)
-    names = {request.name for request in requests}
-    if len(names) != len(requests):
+    if len({request.name for request in requests}) != len(requests):
         reader.report(f"{field}.devices.requests", "request names must be unique")
         complete = False
+    # Constraints may name a request that was left out for a problem of its own: check them
+    # against the names as written, so only their own problems are reported.
+    names = {
+        item["name"] for item in raw_requests or () if isinstance(item, Mapping) and isinstance(item.get("name"), str)
+    }
     constraints: list[ClaimConstraint] = []
     raw_constraints = reader.guarded(_list, devices.get("constraints"), f"{field}.devices.constraints")
     if raw_constraints is None:
