@@ -234,6 +234,10 @@ def _replace(document: Any, path: tuple[Any, ...], value: Any) -> Any:
     return copied
 
 
+# celpy raises the interpreter's recursion limit when its first environment is made: do that at
+# import, not inside a hypothesis test (which warns about the change).
+CelEvaluator()
+
 CONVERTERS = [
     (convert_resource_slice, SLICE),
     (convert_resource_claim, CLAIM),

@@ -33,6 +33,7 @@ Each expression is compiled once (CelEvaluator keeps the compiled programs by ex
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from functools import total_ordering
@@ -226,6 +227,15 @@ def _library() -> dict[str, Callable[..., Any]]:
     }
 
 
+def _environment() -> Any:
+    """celpy's Environment sets the interpreter's recursion limit to 2500 (CEL's nesting minimums
+    need it); never let that lower a limit someone else raised."""
+    before = sys.getrecursionlimit()
+    environment = celpy.Environment()
+    sys.setrecursionlimit(max(before, sys.getrecursionlimit()))
+    return environment
+
+
 def _cel_scalar(value: AttributeValue) -> Any:
     if isinstance(value, bool):
         return celtypes.BoolType(value)
@@ -292,7 +302,7 @@ class CelEvaluator:
 
     max_programs: int = 4096
     _programs: dict[str, Any | str] = attrs.field(factory=dict, init=False)
-    _environment: Any = attrs.field(factory=celpy.Environment, init=False)
+    _environment: Any = attrs.field(factory=lambda: _environment(), init=False)
     _functions: Mapping[str, Callable[..., Any]] = attrs.field(factory=_library, init=False)
     # (expression, device id) -> (the device judged, result): devices are frozen, so a result
     # holds while the same device object is asked about again (a new slice makes new objects).
