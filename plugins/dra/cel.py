@@ -1,8 +1,10 @@
 """CEL device selectors evaluated with Kubernetes' semantics for the DRA environment.
 
-The implementation is cel-python (`celpy`): maintained, pure Python (no native build on the
-scheduler image), and it lets us supply the Kubernetes library functions ourselves. The
-environment mirrors k8s.io/dynamic-resource-allocation/cel:
+The implementation is cel-python (`celpy`): maintained, written in Python (its regex engine,
+google-re2, ships wheels: nothing to build on the scheduler image), and it lets us supply the
+Kubernetes library functions ourselves. The other candidates on PyPI wrap native CEL engines
+(common-expression-language: Rust; cel-expr-python: C++) whose function sets cannot be extended
+from Python as simply. The environment mirrors k8s.io/dynamic-resource-allocation/cel:
 
 - `device.driver` (string), `device.allowMultipleAllocations` (bool),
   `device.attributes['<domain>'].<id>` and `device.capacity['<domain>'].<id>`; names without a
