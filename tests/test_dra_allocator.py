@@ -30,7 +30,7 @@ from numasched.api.dra import (
 )
 from numasched.api.hint import TopologyHint
 from numasched.api.numamask import NumaMask
-from numasched.api.topology import DeviceGroup, DeviceInfo, NumaTopology
+from numasched.api.topology import DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
 from numasched.cache.convert_dra import convert_device_class, convert_resource_claim, convert_resource_slice
 from numasched.plugins.dra.allocator import (
     AllocatorOptions,
@@ -43,6 +43,7 @@ from numasched.plugins.dra.allocator import (
     claim_hints,
 )
 from numasched.plugins.dra.cel import CelEvaluator
+from numasched.plugins.numaaware.policy import merge
 
 DRA = FIXTURES / "dra"
 NUMA = "resource.kubernetes.io/numaNode"
@@ -132,6 +133,28 @@ def test_four_gpus_match_numa_follow_the_cpus_restriction(hgx: tuple[NodeDevices
     assert isinstance(ours, PodClaimsAllocation) and ours.numa == NumaMask.of(1)
     first_fit = allocate_claims([pod_claim], node, DevicesInUse(), classes, evaluator, options=FIRST_FIT)
     assert chosen(first_fit) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+
+@pytest.mark.parametrize(
+    "policy", [TopologyPolicy.SINGLE_NUMA_NODE, TopologyPolicy.RESTRICTED, TopologyPolicy.BEST_EFFORT]
+)
+def test_claim_hints_merge_with_cpu_hints(
+    hgx: tuple[NodeDevices, dict[str, DeviceClassInfo]], policy: TopologyPolicy
+) -> None:
+    """The claim's hints go through the kubelet's merge with the CPU manager's: 16 exclusive CPUs
+    that only NUMA 1 has free give the CPU hints {1} (preferred) and {0,1}; merged with the
+    claim's {0}, {1} (preferred) and {0,1}, the best hint is NUMA 1 under every policy, and the
+    claim allocated inside it is gpu-4..7."""
+    node, classes = hgx
+    pod_claim = claim("train", [gpus(4)], [{"requests": ["gpus"], "matchAttribute": NUMA}])
+    evaluator = CelEvaluator()
+    dra_hints = claim_hints([pod_claim], node, DevicesInUse(), classes, evaluator)
+    cpu_side = [TopologyHint(NumaMask.of(1), True), TopologyHint(NumaMask.of(0, 1), False)]
+    best, admitted = merge(policy, [{"cpu": cpu_side}, {"dra": dra_hints}], [0, 1])
+    assert admitted and best == TopologyHint(NumaMask.of(1), True)
+    assert best.affinity is not None
+    result = allocate_claims([pod_claim], node, DevicesInUse(), classes, evaluator, numa_restriction=best.affinity)
+    assert chosen(result) == ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]
 
 
 def test_four_gpus_stay_on_one_numa_node_where_first_fit_splits(

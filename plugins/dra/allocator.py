@@ -48,7 +48,7 @@ from numasched.api.dra import (
 from numasched.api.hint import TopologyHint
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import NumaTopology
-from numasched.plugins.dra.cel import CelEvaluator, device_activation
+from numasched.plugins.dra.cel import CelEvaluator
 
 # (driver, pool, counter set name): a shared counter set of one pool.
 CounterSetId = tuple[str, str, str]
@@ -509,13 +509,10 @@ def _prepare(
     keys: list[str] = []
     fixed: list[DraDevice] = []
     by_id = {device.id: device for device in node.devices}
-    activations: dict[DeviceId, Mapping[str, object]] = {}
 
     def selected(device: DraDevice, expressions: Sequence[str]) -> bool:
         for expression in expressions:
-            if device.id not in activations:
-                activations[device.id] = device_activation(device)
-            result = evaluator.selects(expression, device, activations[device.id])
+            result = evaluator.selects(expression, device)
             if result.error is not None and result.error not in problems:
                 problems.append(result.error)
             if not result.matched:

@@ -310,6 +310,7 @@ class CelEvaluator:
     # holds while the same device object is asked about again (a new slice makes new objects).
     _verdicts: dict[tuple[str, DeviceId], tuple[DraDevice, CelResult]] = attrs.field(factory=dict, init=False)
     max_verdicts: int = 65536
+    _activations: dict[DeviceId, tuple[DraDevice, Mapping[str, Any]]] = attrs.field(factory=dict, init=False)
 
     def compile(self, expression: str) -> str | None:
         """None when the expression compiles; else the compiler's message."""
@@ -333,17 +334,23 @@ class CelEvaluator:
         self._programs[expression] = program
         return program
 
-    def selects(self, expression: str, device: DraDevice, activation: Mapping[str, Any] | None = None) -> CelResult:
+    def selects(self, expression: str, device: DraDevice) -> CelResult:
         """matches(), remembered per expression and device object (the hot path asks the same
-        question for every pod with the same claim spec)."""
+        question for every pod with the same claim spec); the device's CEL value is built once
+        per device object too."""
         key = (expression, device.id)
         known = self._verdicts.get(key)
         if known is not None and known[0] is device:
             return known[1]
-        result = self.matches(expression, device, activation)
+        built = self._activations.get(device.id)
+        if built is None or built[0] is not device:
+            built = (device, device_activation(device))
+            self._activations[device.id] = built
+        result = self.matches(expression, device, built[1])
         if len(self._verdicts) >= self.max_verdicts:
             for stale in list(self._verdicts)[: self.max_verdicts // 2]:
                 del self._verdicts[stale]
+            self._activations.clear()
         self._verdicts[key] = (device, result)
         return result
 
