@@ -35,6 +35,7 @@ from numasched.plugins.dra.allocator import (
     PodClaimsAllocation,
     allocate_claims,
     claim_hints,
+    slice_applies_to,
 )
 from numasched.plugins.dra.cel import CelEvaluator
 
@@ -134,6 +135,28 @@ def test_slice_wide_problems() -> None:
     assert info.devices[0].consumes_counters[0].counters == {"memory": Fraction(80 * 2**30)}
     assert "gpu-1" not in [d.name for d in info.devices]
     assert fields(problems) == ["spec.devices[1].consumesCounters"]
+
+
+def test_slice_node_selection() -> None:
+    shared = copy.deepcopy(SLICE)
+    del shared["spec"]["nodeName"]
+    shared["spec"]["nodeSelector"] = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1", "r2"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["edge-0"]}]},
+        ]
+    }
+    info, problems = convert_resource_slice(shared)
+    assert problems == [] and info is not None and info.node_selector is not None
+    assert slice_applies_to(info, "hgx-0", {"rack": "r2"})
+    assert not slice_applies_to(info, "hgx-0", {"rack": "r3"})
+    assert slice_applies_to(info, "edge-0", {})
+    own, _ = convert_resource_slice(SLICE)
+    assert own is not None and slice_applies_to(own, "hgx-0", {}) and not slice_applies_to(own, "hgx-1", {})
+    shared["spec"]["nodeSelector"]["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"] = "Near"
+    info, problems = convert_resource_slice(shared)
+    assert info is None
+    assert fields(problems) == ["spec.nodeSelector.nodeSelectorTerms[0].matchExpressions[0].operator"]
 
 
 def test_device_class() -> None:

@@ -49,6 +49,7 @@ from numasched.api.hint import TopologyHint
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import NumaTopology
 from numasched.plugins.dra.cel import CelEvaluator
+from numasched.plugins.predicates import term_matches
 
 # (driver, pool, counter set name): a shared counter set of one pool.
 CounterSetId = tuple[str, str, str]
@@ -135,6 +136,17 @@ class NodeDevices:
             if device.id == device_id:
                 return device
         return None
+
+
+def slice_applies_to(info: ResourceSliceInfo, node_name: str, labels: Mapping[str, str]) -> bool:
+    """Whether a slice's devices are reachable from a node: its nodeName, allNodes, or a node
+    selector whose terms (ORed, as in node affinity) match the node's labels and name."""
+    if info.node_name is not None:
+        return info.node_name == node_name
+    if info.all_nodes:
+        return True
+    terms = info.node_selector or ()
+    return any(term_matches(term, labels, node_name) for term in terms)
 
 
 def _add_counters(
