@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import pytest
 import yaml
-from conftest import FIXTURES
+from conftest import FIXTURES, load_machine
 
 from numasched.api.dra import (
     ClaimAllocation,
@@ -32,6 +32,8 @@ from numasched.api.hint import TopologyHint
 from numasched.api.numamask import NumaMask
 from numasched.api.topology import DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
 from numasched.cache.convert_dra import convert_device_class, convert_resource_claim, convert_resource_slice
+from numasched.cache.convert_topology import numatopology_to_topology
+from numasched.cache.machine_shapes import machine_objects
 from numasched.plugins.dra.allocator import (
     AllocatorOptions,
     ClaimsDoNotFit,
@@ -468,3 +470,42 @@ def test_search_limit_is_reported() -> None:
         [claim("big", [gpus(8)], [{"distinctAttribute": NUMA}])], node, DevicesInUse(), classes, CelEvaluator()
     )
     assert isinstance(unlimited, ClaimsDoNotFit) and unlimited.reason.startswith("no device set")
+
+
+def test_two_numa_nodes_on_one_socket_beat_two_sockets() -> None:
+    """dgx-a100 (NPS4: NUMA 0-3 on socket 0, 4-7 on socket 1; SLIT 12 within, 32 across): GPUs
+    sit two per NUMA node on NUMA 3, 1, 7, 5. With gpu-1 in use, 4 GPUs need two NUMA nodes; of
+    {1,5}, {1,7} and {5,7} only {5,7} is on one socket: gpu-4..7. First fit: gpu-0, 2, 3, 4 (three
+    NUMA nodes)."""
+    node, classes = load_node(DRA / "dgx-a100-numa.yaml", "dgx-0")
+    _, numatopology = machine_objects(load_machine("dgx-a100"), "dgx-0")
+    topology = numatopology_to_topology(numatopology)
+    in_use = busy(node, "gpu-1")
+    evaluator = CelEvaluator()
+    ours = allocate_claims([claim("t", [gpus(4)])], node, in_use, classes, evaluator, topology=topology)
+    assert chosen(ours) == ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]
+    assert isinstance(ours, PodClaimsAllocation) and ours.numa == NumaMask.of(5, 7)
+    assert ours.score.numa_distance == topology.distance(5, 7) == 12
+    first_fit = allocate_claims([claim("t", [gpus(4)])], node, in_use, classes, evaluator, options=FIRST_FIT)
+    assert chosen(first_fit) == ["gpu-0", "gpu-2", "gpu-3", "gpu-4"]
+
+
+def test_topology_partitions_through_pci_bus_ids(hgx: tuple[NodeDevices, dict[str, DeviceClassInfo]]) -> None:
+    """Fabric partitions {0,1,4,5} and {2,3,6,7} in the node topology, found through the GPUs'
+    pciBusID. gpu-0 in use, two GPUs on NUMA 0: gpu-2 + gpu-3 (one partition) rather than first
+    fit's gpu-1 + gpu-2 (two)."""
+    node, classes = hgx
+    bus = {d.name: str(d.attributes["resource.kubernetes.io/pciBusID"]) for d in node.devices}
+    group = DeviceGroup(
+        "nvidia.com/gpu",
+        tuple(DeviceInfo(id=str(k), numa=k // 4, pci_bus_id=bus[f"gpu-{k}"]) for k in range(8)),
+        partitions=(frozenset({"0", "1", "4", "5"}), frozenset({"2", "3", "6", "7"})),
+    )
+    topology = NumaTopology(node_name="hgx-0", numa_ids=(0, 1), devices={"nvidia.com/gpu": group})
+    in_use = busy(node, "gpu-0")
+    evaluator = CelEvaluator()
+    ours = allocate_claims([claim("p", [gpus(2)])], node, in_use, classes, evaluator, topology=topology)
+    assert chosen(ours) == ["gpu-2", "gpu-3"]
+    assert isinstance(ours, PodClaimsAllocation) and ours.score.partitions == 1
+    first_fit = allocate_claims([claim("p", [gpus(2)])], node, in_use, classes, evaluator, options=FIRST_FIT)
+    assert chosen(first_fit) == ["gpu-1", "gpu-2"]

@@ -10,6 +10,7 @@ that satisfies the claims, in slice order. This one searches (bounded) for the s
 every request and constraint, and keeps the best by, in order:
 
 1. NUMA span: fewest NUMA nodes under the chosen devices (inside the NUMA restriction, if any);
+   then the smallest sum of NUMA distances between them (one socket before two);
 2. NVLink/NVSwitch partitions: fewest partitions touched (the topology's fabric partitions, found
    through the device's pciBusID, or a partition attribute named in AllocatorOptions);
 3. PCIe closeness: fewest PCIe roots (`resource.kubernetes.io/pcieRoot`) under the devices, so a
@@ -199,6 +200,9 @@ class DeviceSetScore:
 
     alternatives: tuple[int, ...] = ()
     numa_span: int = 0
+    # Sum of the SLIT distances between the NUMA nodes under the devices (0 for one node): of two
+    # sets on two NUMA nodes, the one on one socket wins (the kubelet's prefer-closest idea).
+    numa_distance: int = 0
     partitions: int = 0
     pcie_roots: int = 0
     broken_numa: int = 0
@@ -590,6 +594,13 @@ class _Scorer:
     partition_of: Mapping[DeviceId, tuple[object, ...]]
     rank_of: Mapping[DeviceId, int]
     fixed: tuple[DraDevice, ...]
+    topology: NumaTopology | None = None
+
+    def distance(self, numa: NumaMask) -> int:
+        if self.topology is None:
+            return 0
+        ids = numa.ids()
+        return sum(self.topology.distance(a, b) for index, a in enumerate(ids) for b in ids[index + 1 :])
 
     def numa_mask(self, devices: Iterable[DraDevice]) -> NumaMask:
         ids = {numa for d in devices if (numa := self.numa_of.get(d.id)) is not None}
@@ -610,6 +621,7 @@ class _Scorer:
         return DeviceSetScore(
             alternatives=tuple(alternative.index for alternative, _ in solution.choices),
             numa_span=numa.count(),
+            numa_distance=self.distance(numa),
             partitions=len(partitions),
             pcie_roots=len(roots),
             broken_numa=len(touched_numa - busy_numa),
@@ -654,7 +666,7 @@ def _scorer(
         root_of[device.id] = root if isinstance(root, str) else None
     partition_of = {device.id: _partition_labels(device, topology, options) for device in node.devices}
     rank_of = {device.id: rank for rank, device in enumerate(node.devices)}
-    return _Scorer(node, in_use, numa_of, root_of, partition_of, rank_of, fixed)
+    return _Scorer(node, in_use, numa_of, root_of, partition_of, rank_of, fixed, topology)
 
 
 def _candidate_order(prepared: _Prepared, scorer: _Scorer) -> _Prepared:
