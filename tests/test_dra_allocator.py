@@ -180,6 +180,19 @@ def test_four_gpus_stay_on_one_numa_node_where_first_fit_splits(
     ]
 
 
+def test_hints_prefer_like_the_kubelet_device_manager(hgx: tuple[NodeDevices, dict[str, DeviceClassInfo]]) -> None:
+    """gpu-1 and gpu-5 in use: 4 GPUs fit only across both NUMA nodes now. The kubelet's device
+    manager prefers a mask as narrow as the node's devices allow regardless of use (one NUMA node
+    here), so {0,1} is not preferred; asked for the narrowest that works now, it is."""
+    node, classes = hgx
+    in_use = busy(node, "gpu-1", "gpu-5")
+    pod_claim = claim("train", [gpus(4)])
+    evaluator = CelEvaluator()
+    assert claim_hints([pod_claim], node, in_use, classes, evaluator) == [TopologyHint(NumaMask.of(0, 1), False)]
+    now = claim_hints([pod_claim], node, in_use, classes, evaluator, preferred_from_all_devices=False)
+    assert now == [TopologyHint(NumaMask.of(0, 1), True)]
+
+
 def test_gpu_and_nic_match_pcie_root(hgx: tuple[NodeDevices, dict[str, DeviceClassInfo]]) -> None:
     """gpu-0 and nic-1 are in use. The pair must share a root: gpu-1's NIC is taken, so the first
     pair on one root is gpu-2 + nic-2 (slice order), both on NUMA 0 like the pod's CPUs."""

@@ -815,11 +815,18 @@ def claim_hints(
     *,
     topology: NumaTopology | None = None,
     options: AllocatorOptions = AllocatorOptions(),
+    preferred_from_all_devices: bool = True,
 ) -> list[TopologyHint] | None:
     """Topology hints for the pod's claims, in the kubelet's shape (device manager): one hint per
-    NUMA mask (kubelet mask order) within which the claims can be satisfied, preferred when the
-    mask is as narrow as the narrowest that works. None when no candidate device has a known NUMA
-    node (no preference); [] when the claims cannot be satisfied on this node at all."""
+    NUMA mask (kubelet mask order) within which the claims can be satisfied now. None when no
+    candidate device has a known NUMA node (no preference); [] when the claims cannot be
+    satisfied on this node at all.
+
+    A hint is preferred when its mask is as narrow as the narrowest that could hold the claims if
+    no device were in use — the kubelet device manager's rule (and providers/device.py's), so a
+    claim that only fits spread over NUMA nodes because of what others hold gets no preferred
+    hint. With preferred_from_all_devices=False the narrowest mask that works now is preferred.
+    """
     prepared = _prepare(claims, node, in_use, classes, evaluator)
     if isinstance(prepared, ClaimsDoNotFit):
         return []
@@ -830,15 +837,33 @@ def claim_hints(
     if all(scorer.numa_of.get(d.id) is None for d in [*candidates, *prepared.fixed]):
         return None if search.run(None, 1) else []
     fixed_numa = scorer.numa_mask(prepared.fixed)
+    numa_ids = _numa_ids(topology, scorer)
+    feasible = _feasible_masks(search, numa_ids, fixed_numa)
+    if not feasible:
+        return []
+    narrowest = min(mask.count() for mask in feasible)
+    if preferred_from_all_devices:
+        unused = _prepare(claims, node, DevicesInUse(), classes, evaluator)
+        if not isinstance(unused, ClaimsDoNotFit):
+            ideal = _search(unused, node, DevicesInUse(), scorer, budget)
+            for mask in iterate_masks(numa_ids):
+                if mask.count() >= narrowest or ideal.exhausted:
+                    break
+                if fixed_numa.is_subset_of(mask) and ideal.run(mask, 1):
+                    narrowest = mask.count()
+                    break
+    return [TopologyHint(mask, mask.count() == narrowest) for mask in feasible]
+
+
+def _feasible_masks(search: _Search, numa_ids: Sequence[int], fixed_numa: NumaMask) -> list[NumaMask]:
+    """The masks (kubelet order) within which the search finds a set; a superset of a feasible
+    mask is feasible without searching."""
     feasible: list[NumaMask] = []
-    for mask in iterate_masks(_numa_ids(topology, scorer)):
+    for mask in iterate_masks(numa_ids):
         if not fixed_numa.is_subset_of(mask):
             continue
         if any(smaller.is_subset_of(mask) for smaller in feasible) or search.run(mask, 1):
             feasible.append(mask)
         if search.exhausted:
             break
-    if not feasible:
-        return []
-    narrowest = min(mask.count() for mask in feasible)
-    return [TopologyHint(mask, mask.count() == narrowest) for mask in feasible]
+    return feasible
