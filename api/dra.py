@@ -17,6 +17,7 @@ from fractions import Fraction
 
 import attrs
 
+from numasched.api.task import NodeSelectorTerm
 from numasched.api.topology import NumaTopology
 
 API_GROUP = "resource.k8s.io"
@@ -131,11 +132,11 @@ class ResourceSliceInfo:
     pool: str
     pool_generation: int = 0
     pool_slice_count: int = 1
-    # Exactly one of node_name / all_nodes / node_selector in the API; the selector is kept raw
-    # (a core/v1 NodeSelector) for the cache to match against nodes.
+    # Exactly one of node_name / all_nodes / node_selector in the API (the selector's terms are
+    # ORed, as in node affinity); plugins/dra/allocator.py:slice_applies_to matches them.
     node_name: str | None = None
     all_nodes: bool = False
-    node_selector: Mapping[str, object] | None = None
+    node_selector: tuple[NodeSelectorTerm, ...] | None = None
     devices: tuple[DraDevice, ...] = ()
     # counter set name -> counter name -> value (sharedCounters).
     shared_counters: Mapping[str, Mapping[str, Fraction]] = attrs.field(factory=dict)

@@ -42,6 +42,7 @@ from numasched.api.dra import (
     qualify,
 )
 from numasched.api.quantity import QuantityError, parse_quantity, shown
+from numasched.api.task import NodeSelectorRequirement, NodeSelectorTerm
 from numasched.plugins.dra.cel import parse_semver
 
 T = TypeVar("T")
@@ -52,6 +53,7 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute", "None"})
 _TOLERATION_OPERATORS = frozenset({"Equal", "Exists"})
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
 class _Bad(Exception):
@@ -284,6 +286,36 @@ def _start(obj: Any, kind: str, namespaced: bool) -> tuple[_Reader, Mapping[str,
     return _Reader(kind, str(namespace or ""), name), obj
 
 
+def _requirements(raw: Any, field: str) -> tuple[NodeSelectorRequirement, ...]:
+    result: list[NodeSelectorRequirement] = []
+    for index, item in enumerate(_list(raw, field)):
+        where = f"{field}[{index}]"
+        body = _mapping(item, where)
+        operator = _string(body.get("operator"), f"{where}.operator")
+        if operator not in _SELECTOR_OPERATORS:
+            raise _Bad(f"{where}.operator", f"{shown(operator)} is not one of {', '.join(_SELECTOR_OPERATORS)}")
+        values = _strings(body.get("values"), f"{where}.values")
+        result.append(NodeSelectorRequirement(_string(body.get("key"), f"{where}.key"), operator, values))
+    return tuple(result)
+
+
+def _node_selector(raw: Any, field: str) -> tuple[NodeSelectorTerm, ...]:
+    """A core/v1 NodeSelector: its terms (ORed), each with match expressions and fields."""
+    terms: list[NodeSelectorTerm] = []
+    for index, item in enumerate(_list(_mapping(raw, field).get("nodeSelectorTerms"), f"{field}.nodeSelectorTerms")):
+        where = f"{field}.nodeSelectorTerms[{index}]"
+        body = _mapping(item, where)
+        terms.append(
+            NodeSelectorTerm(
+                _requirements(body.get("matchExpressions"), f"{where}.matchExpressions"),
+                _requirements(body.get("matchFields"), f"{where}.matchFields"),
+            )
+        )
+    if not terms:
+        raise _Bad(f"{field}.nodeSelectorTerms", "at least one term is required")
+    return tuple(terms)
+
+
 def convert_resource_slice(obj: Any) -> tuple[ResourceSliceInfo | None, list[DraProblem]]:
     """A ResourceSlice; None when it is unusable as a whole (no driver or pool, or a node
     selection it cannot state). A bad device is left out and reported."""
@@ -302,9 +334,9 @@ def convert_resource_slice(obj: Any) -> tuple[ResourceSliceInfo | None, list[Dra
         if node_name is not None:
             node_name = _string(node_name, "spec.nodeName")
         all_nodes = _boolean(spec.get("allNodes"), "spec.allNodes")
-        selector = spec.get("nodeSelector")
-        if selector is not None:
-            selector = dict(_mapping(selector, "spec.nodeSelector"))
+        selector = (
+            None if spec.get("nodeSelector") is None else _node_selector(spec["nodeSelector"], "spec.nodeSelector")
+        )
         chosen = sum(1 for item in (node_name, selector) if item is not None) + int(all_nodes)
         if spec.get("perDeviceNodeSelection"):
             raise _Bad("spec.perDeviceNodeSelection", "per-device node selection is not supported by numasched")
@@ -532,10 +564,14 @@ def _claim_spec(reader: _Reader, raw: Any, field: str) -> tuple[ClaimSpec, bool]
                 complete = False
             else:
                 requests.append(request)
-    names = {request.name for request in requests}
-    if len(names) != len(requests):
+    if len({request.name for request in requests}) != len(requests):
         reader.report(f"{field}.devices.requests", "request names must be unique")
         complete = False
+    # Constraints may name a request that was left out for a problem of its own: check them
+    # against the names as written, so only their own problems are reported.
+    names = {
+        item["name"] for item in raw_requests or () if isinstance(item, Mapping) and isinstance(item.get("name"), str)
+    }
     constraints: list[ClaimConstraint] = []
     raw_constraints = reader.guarded(_list, devices.get("constraints"), f"{field}.devices.constraints")
     if raw_constraints is None:

@@ -12,8 +12,8 @@ NICs (the machine's rdma/hca devices) in the shape of a network DRA driver (driv
 `nic-<n>` with attributes ifName, rdma and the same standard PCI attributes.
 
 The PCI layout is synthetic but consistent: each PCIe switch of the machine hangs off its own
-root complex `pci0000:<bb>` (bb = 0x10 + 0x20*k for the k-th switch), and a GPU or NIC behind it
-gets bus bb+1+j (GPUs) or bb+0x11+j (NICs). pci_layout() gives the same ids to tests, which put
+root complex `pci0000:<bb>` (bb = 0x10*(k+1) for the k-th switch), and a GPU or NIC behind it
+gets bus bb+1+j (GPUs) or bb+8+j (NICs). pci_layout() gives the same ids to tests, which put
 them on the node topology to check the PCIe-root-to-NUMA mapping.
 
 Usage: hack/dra_slices.py MACHINE.yaml NODE_NAME [--numa-attribute] > slices.yaml
@@ -64,11 +64,11 @@ def pci_layout(machine: Mapping[str, Any]) -> dict[tuple[str, str], tuple[str, s
             if switch not in switches:
                 switches.append(switch)
     layout: dict[tuple[str, str], tuple[str, str]] = {}
-    for resource, offset in ((GPU_RESOURCE, 0x01), (NIC_RESOURCE, 0x11)):
+    for resource, offset in ((GPU_RESOURCE, 0x01), (NIC_RESOURCE, 0x08)):
         taken: dict[str, int] = {}
         for entry in devices.get(resource, []):
             switch = str(entry.get("pci_switch") or f"solo-{resource}-{entry['id']}")
-            root_bus = 0x10 + 0x20 * switches.index(switch)
+            root_bus = 0x10 * (switches.index(switch) + 1)
             position = taken.get(switch, 0)
             taken[switch] = position + 1
             layout[(resource, str(entry["id"]))] = (

@@ -10,6 +10,7 @@ that satisfies the claims, in slice order. This one searches (bounded) for the s
 every request and constraint, and keeps the best by, in order:
 
 1. NUMA span: fewest NUMA nodes under the chosen devices (inside the NUMA restriction, if any);
+   then the smallest sum of NUMA distances between them (one socket before two);
 2. NVLink/NVSwitch partitions: fewest partitions touched (the topology's fabric partitions, found
    through the device's pciBusID, or a partition attribute named in AllocatorOptions);
 3. PCIe closeness: fewest PCIe roots (`resource.kubernetes.io/pcieRoot`) under the devices, so a
@@ -48,7 +49,8 @@ from numasched.api.dra import (
 from numasched.api.hint import TopologyHint
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import NumaTopology
-from numasched.plugins.dra.cel import CelEvaluator, device_activation
+from numasched.plugins.dra.cel import CelEvaluator
+from numasched.plugins.predicates import term_matches
 
 # (driver, pool, counter set name): a shared counter set of one pool.
 CounterSetId = tuple[str, str, str]
@@ -137,6 +139,17 @@ class NodeDevices:
         return None
 
 
+def slice_applies_to(info: ResourceSliceInfo, node_name: str, labels: Mapping[str, str]) -> bool:
+    """Whether a slice's devices are reachable from a node: its nodeName, allNodes, or a node
+    selector whose terms (ORed, as in node affinity) match the node's labels and name."""
+    if info.node_name is not None:
+        return info.node_name == node_name
+    if info.all_nodes:
+        return True
+    terms = info.node_selector or ()
+    return any(term_matches(term, labels, node_name) for term in terms)
+
+
 def _add_counters(
     total: dict[CounterSetId, dict[str, Fraction]], device: DraDevice, sign: int = 1
 ) -> dict[CounterSetId, dict[str, Fraction]]:
@@ -187,6 +200,9 @@ class DeviceSetScore:
 
     alternatives: tuple[int, ...] = ()
     numa_span: int = 0
+    # Sum of the SLIT distances between the NUMA nodes under the devices (0 for one node): of two
+    # sets on two NUMA nodes, the one on one socket wins (the kubelet's prefer-closest idea).
+    numa_distance: int = 0
     partitions: int = 0
     pcie_roots: int = 0
     broken_numa: int = 0
@@ -356,9 +372,6 @@ class _Search:
         slot = self.slots[index]
         for alternative in slot.alternatives:
             for devices in self._device_sets(slot, alternative, mask, used, matched, distinct):
-                if not self.budget.take():
-                    self.exhausted = True
-                    return
                 if len(devices) > claim_room[slot.claim]:
                     continue
                 consuming = not alternative.request.admin_access
@@ -396,6 +409,8 @@ class _Search:
                     distinct[position].discard(key)
                 if len(found) >= limit or self.exhausted:
                     return
+            if self.exhausted:
+                return
 
     def _device_sets(
         self,
@@ -425,6 +440,9 @@ class _Search:
             return True
 
         if request.allocation_mode is AllocationMode.ALL:
+            if not self.budget.take():
+                self.exhausted = True
+                return
             devices = alternative.matching
             if not devices or len(devices) != len(alternative.candidates):
                 return  # some matching device is in use (or none matches): All cannot be met
@@ -454,6 +472,10 @@ class _Search:
             if len(group) < request.count:
                 continue
             for combination in itertools.combinations(group, request.count):
+                # Every set looked at costs a step, kept or not: the budget bounds the work.
+                if not self.budget.take():
+                    self.exhausted = True
+                    return
                 if self._distinct_within(combination, covering):
                     yield combination
 
@@ -503,13 +525,10 @@ def _prepare(
     keys: list[str] = []
     fixed: list[DraDevice] = []
     by_id = {device.id: device for device in node.devices}
-    activations: dict[DeviceId, Mapping[str, object]] = {}
 
     def selected(device: DraDevice, expressions: Sequence[str]) -> bool:
         for expression in expressions:
-            if device.id not in activations:
-                activations[device.id] = device_activation(device)
-            result = evaluator.selects(expression, device, activations[device.id])
+            result = evaluator.selects(expression, device)
             if result.error is not None and result.error not in problems:
                 problems.append(result.error)
             if not result.matched:
@@ -575,6 +594,13 @@ class _Scorer:
     partition_of: Mapping[DeviceId, tuple[object, ...]]
     rank_of: Mapping[DeviceId, int]
     fixed: tuple[DraDevice, ...]
+    topology: NumaTopology | None = None
+
+    def distance(self, numa: NumaMask) -> int:
+        if self.topology is None:
+            return 0
+        ids = numa.ids()
+        return sum(self.topology.distance(a, b) for index, a in enumerate(ids) for b in ids[index + 1 :])
 
     def numa_mask(self, devices: Iterable[DraDevice]) -> NumaMask:
         ids = {numa for d in devices if (numa := self.numa_of.get(d.id)) is not None}
@@ -595,6 +621,7 @@ class _Scorer:
         return DeviceSetScore(
             alternatives=tuple(alternative.index for alternative, _ in solution.choices),
             numa_span=numa.count(),
+            numa_distance=self.distance(numa),
             partitions=len(partitions),
             pcie_roots=len(roots),
             broken_numa=len(touched_numa - busy_numa),
@@ -639,7 +666,7 @@ def _scorer(
         root_of[device.id] = root if isinstance(root, str) else None
     partition_of = {device.id: _partition_labels(device, topology, options) for device in node.devices}
     rank_of = {device.id: rank for rank, device in enumerate(node.devices)}
-    return _Scorer(node, in_use, numa_of, root_of, partition_of, rank_of, fixed)
+    return _Scorer(node, in_use, numa_of, root_of, partition_of, rank_of, fixed, topology)
 
 
 def _candidate_order(prepared: _Prepared, scorer: _Scorer) -> _Prepared:
@@ -788,11 +815,18 @@ def claim_hints(
     *,
     topology: NumaTopology | None = None,
     options: AllocatorOptions = AllocatorOptions(),
+    preferred_from_all_devices: bool = True,
 ) -> list[TopologyHint] | None:
     """Topology hints for the pod's claims, in the kubelet's shape (device manager): one hint per
-    NUMA mask (kubelet mask order) within which the claims can be satisfied, preferred when the
-    mask is as narrow as the narrowest that works. None when no candidate device has a known NUMA
-    node (no preference); [] when the claims cannot be satisfied on this node at all."""
+    NUMA mask (kubelet mask order) within which the claims can be satisfied now. None when no
+    candidate device has a known NUMA node (no preference); [] when the claims cannot be
+    satisfied on this node at all.
+
+    A hint is preferred when its mask is as narrow as the narrowest that could hold the claims if
+    no device were in use — the kubelet device manager's rule (and providers/device.py's), so a
+    claim that only fits spread over NUMA nodes because of what others hold gets no preferred
+    hint. With preferred_from_all_devices=False the narrowest mask that works now is preferred.
+    """
     prepared = _prepare(claims, node, in_use, classes, evaluator)
     if isinstance(prepared, ClaimsDoNotFit):
         return []
@@ -803,15 +837,33 @@ def claim_hints(
     if all(scorer.numa_of.get(d.id) is None for d in [*candidates, *prepared.fixed]):
         return None if search.run(None, 1) else []
     fixed_numa = scorer.numa_mask(prepared.fixed)
+    numa_ids = _numa_ids(topology, scorer)
+    feasible = _feasible_masks(search, numa_ids, fixed_numa)
+    if not feasible:
+        return []
+    narrowest = min(mask.count() for mask in feasible)
+    if preferred_from_all_devices:
+        unused = _prepare(claims, node, DevicesInUse(), classes, evaluator)
+        if not isinstance(unused, ClaimsDoNotFit):
+            ideal = _search(unused, node, DevicesInUse(), scorer, budget)
+            for mask in iterate_masks(numa_ids):
+                if mask.count() >= narrowest or ideal.exhausted:
+                    break
+                if fixed_numa.is_subset_of(mask) and ideal.run(mask, 1):
+                    narrowest = mask.count()
+                    break
+    return [TopologyHint(mask, mask.count() == narrowest) for mask in feasible]
+
+
+def _feasible_masks(search: _Search, numa_ids: Sequence[int], fixed_numa: NumaMask) -> list[NumaMask]:
+    """The masks (kubelet order) within which the search finds a set; a superset of a feasible
+    mask is feasible without searching."""
     feasible: list[NumaMask] = []
-    for mask in iterate_masks(_numa_ids(topology, scorer)):
+    for mask in iterate_masks(numa_ids):
         if not fixed_numa.is_subset_of(mask):
             continue
         if any(smaller.is_subset_of(mask) for smaller in feasible) or search.run(mask, 1):
             feasible.append(mask)
         if search.exhausted:
             break
-    if not feasible:
-        return []
-    narrowest = min(mask.count() for mask in feasible)
-    return [TopologyHint(mask, mask.count() == narrowest) for mask in feasible]
+    return feasible

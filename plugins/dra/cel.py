@@ -1,8 +1,10 @@
 """CEL device selectors evaluated with Kubernetes' semantics for the DRA environment.
 
-The implementation is cel-python (`celpy`): maintained, pure Python (no native build on the
-scheduler image), and it lets us supply the Kubernetes library functions ourselves. The
-environment mirrors k8s.io/dynamic-resource-allocation/cel:
+The implementation is cel-python (`celpy`): maintained, written in Python (its regex engine,
+google-re2, ships wheels: nothing to build on the scheduler image), and it lets us supply the
+Kubernetes library functions ourselves. The other candidates on PyPI wrap native CEL engines
+(common-expression-language: Rust; cel-expr-python: C++) whose function sets cannot be extended
+from Python as simply. The environment mirrors k8s.io/dynamic-resource-allocation/cel:
 
 - `device.driver` (string), `device.allowMultipleAllocations` (bool),
   `device.attributes['<domain>'].<id>` and `device.capacity['<domain>'].<id>`; names without a
@@ -15,9 +17,17 @@ environment mirrors k8s.io/dynamic-resource-allocation/cel:
   `.isGreaterThan(q)`, `.add(q|int)`, `.sub(q|int)`, `.asInteger()`, `.asApproximateFloat()`,
   `.isInteger()`, `.sign()` and `==`.
 - `.includes(x)` on list-valued attributes (and scalars, where it is equality).
+- from the strings extension: `.lowerAscii()`, `.upperAscii()`, `.trim()`, `.indexOf(s)`,
+  `.lastIndexOf(s)`, `.replace(a, b)`, `.split(s)`; CEL's own `.matches(re)`, `.contains(s)`,
+  `.startsWith(s)`, `.endsWith(s)`, `size()`.
 
 Not available: the `cel.bind` macro (celpy's parser has no macro for it) — such an expression
 fails to compile and every device it selects is reported as not matching.
+
+celpy does not type-check when compiling, as cel-go does: an ill-typed expression (e.g. `'a' in
+'abc'`) fails only when evaluated, or evaluates where cel-go would refuse it. The API server
+compiles and type-checks every selector when the object is created, so such expressions do not
+reach the scheduler.
 
 Each expression is compiled once (CelEvaluator keeps the compiled programs by expression text).
 """
@@ -25,6 +35,7 @@ Each expression is compiled once (CelEvaluator keeps the compiled programs by ex
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from functools import total_ordering
@@ -154,6 +165,24 @@ def _quantity_only(function: Callable[[CelQuantity], Any]) -> Callable[[Any], An
     return checked
 
 
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise CelTypeError("expected a string")
+    return str(value)
+
+
+def _string_only(function: Callable[[str], Any]) -> Callable[[Any], Any]:
+    def checked(value: Any) -> Any:
+        return function(_text(value))
+
+    return checked
+
+
+def _ascii_case(text: str, change: Callable[[str], str]) -> str:
+    """lowerAscii/upperAscii change ASCII letters only (non-ASCII letters stay as they are)."""
+    return "".join(change(char) if char.isascii() else char for char in text)
+
+
 def _is_semver(text: Any) -> celtypes.BoolType:
     return celtypes.BoolType(parse_semver(str(text)) is not None)
 
@@ -187,7 +216,26 @@ def _library() -> dict[str, Callable[..., Any]]:
         "isInteger": _quantity_only(lambda q: celtypes.BoolType(q.value.denominator == 1)),
         "sign": _quantity_only(lambda q: celtypes.IntType((q.value > 0) - (q.value < 0))),
         "includes": _includes,
+        # The CEL strings extension Kubernetes enables (cel-go ext.Strings), the parts selectors use.
+        "lowerAscii": _string_only(lambda text: celtypes.StringType(_ascii_case(text, str.lower))),
+        "upperAscii": _string_only(lambda text: celtypes.StringType(_ascii_case(text, str.upper))),
+        "trim": _string_only(lambda text: celtypes.StringType(text.strip())),
+        "indexOf": lambda text, part: celtypes.IntType(_text(text).find(_text(part))),
+        "lastIndexOf": lambda text, part: celtypes.IntType(_text(text).rfind(_text(part))),
+        "replace": lambda text, old, new: celtypes.StringType(_text(text).replace(_text(old), _text(new))),
+        "split": lambda text, separator: celtypes.ListType(
+            [celtypes.StringType(part) for part in _text(text).split(_text(separator))]
+        ),
     }
+
+
+def _environment() -> Any:
+    """celpy's Environment sets the interpreter's recursion limit to 2500 (CEL's nesting minimums
+    need it); never let that lower a limit someone else raised."""
+    before = sys.getrecursionlimit()
+    environment = celpy.Environment()
+    sys.setrecursionlimit(max(before, sys.getrecursionlimit()))
+    return environment
 
 
 def _cel_scalar(value: AttributeValue) -> Any:
@@ -256,12 +304,13 @@ class CelEvaluator:
 
     max_programs: int = 4096
     _programs: dict[str, Any | str] = attrs.field(factory=dict, init=False)
-    _environment: Any = attrs.field(factory=celpy.Environment, init=False)
+    _environment: Any = attrs.field(factory=lambda: _environment(), init=False)
     _functions: Mapping[str, Callable[..., Any]] = attrs.field(factory=_library, init=False)
     # (expression, device id) -> (the device judged, result): devices are frozen, so a result
     # holds while the same device object is asked about again (a new slice makes new objects).
     _verdicts: dict[tuple[str, DeviceId], tuple[DraDevice, CelResult]] = attrs.field(factory=dict, init=False)
     max_verdicts: int = 65536
+    _activations: dict[DeviceId, tuple[DraDevice, Mapping[str, Any]]] = attrs.field(factory=dict, init=False)
 
     def compile(self, expression: str) -> str | None:
         """None when the expression compiles; else the compiler's message."""
@@ -285,17 +334,23 @@ class CelEvaluator:
         self._programs[expression] = program
         return program
 
-    def selects(self, expression: str, device: DraDevice, activation: Mapping[str, Any] | None = None) -> CelResult:
+    def selects(self, expression: str, device: DraDevice) -> CelResult:
         """matches(), remembered per expression and device object (the hot path asks the same
-        question for every pod with the same claim spec)."""
+        question for every pod with the same claim spec); the device's CEL value is built once
+        per device object too."""
         key = (expression, device.id)
         known = self._verdicts.get(key)
         if known is not None and known[0] is device:
             return known[1]
-        result = self.matches(expression, device, activation)
+        built = self._activations.get(device.id)
+        if built is None or built[0] is not device:
+            built = (device, device_activation(device))
+            self._activations[device.id] = built
+        result = self.matches(expression, device, built[1])
         if len(self._verdicts) >= self.max_verdicts:
             for stale in list(self._verdicts)[: self.max_verdicts // 2]:
                 del self._verdicts[stale]
+            self._activations.clear()
         self._verdicts[key] = (device, result)
         return result
 
