@@ -19,15 +19,19 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
 from numasched.api.allocation import PodAllocation
-from numasched.api.dra_claims import NodeDra
 from numasched.api.idset import IdSet
 from numasched.api.resource import Resource
 from numasched.api.task import QosClass, TaskInfo, TaskStatus, pod_whole_cpus
 from numasched.api.topology import CpuManagerPolicy, NumaTopology
+
+if TYPE_CHECKING:
+    # Types only: api.dra, which the claims module reads, imports api.task.
+    from numasched.api.dra_claims import NodeDra
 
 # The source of node generations: one counter for every NodeInfo, so two node states never share
 # a number (a session's copy and the cache's node may both change after the snapshot). Only

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import attrs
 
 from numasched.api.allocation import PodAllocation
-from numasched.api.dra_claims import PodClaims
 from numasched.api.resource import Resource
+
+if TYPE_CHECKING:
+    # Types only: api.dra (which the claims module reads) imports this module.
+    from numasched.api.dra_claims import PodClaims
 
 
 class TaskStatus(enum.Enum):

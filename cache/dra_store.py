@@ -21,7 +21,7 @@ from numasched.cache.convert_dra import (
     convert_resource_claim,
     convert_resource_slice,
 )
-from numasched.plugins.dra.allocator import DevicesInUse, NodeDevices
+from numasched.plugins.dra.allocator import DevicesInUse, NodeDevices, slice_applies_to
 
 DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
 DRA_CLUSTER_SCOPED_KINDS = frozenset({"ResourceSlice", "DeviceClass"})
@@ -70,48 +70,6 @@ def pod_claim_refs(pod: Mapping[str, Any]) -> tuple[tuple[PodClaimRef, ...], dic
             claim = entry.get("resourceClaimName")
             statuses[entry["name"]] = claim if isinstance(claim, str) and claim else None
     return tuple(refs), statuses, ""
-
-
-def _requirement_matches(requirement: Mapping[str, Any], values: Mapping[str, str]) -> bool:
-    key, operator = requirement.get("key"), requirement.get("operator")
-    wanted = [str(value) for value in requirement.get("values") or ()]
-    if not isinstance(key, str):
-        return False
-    present = key in values
-    if operator == "In":
-        return present and values[key] in wanted
-    if operator == "NotIn":
-        return not present or values[key] not in wanted
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and len(wanted) == 1:
-        try:
-            actual, bound = int(values[key]), int(wanted[0])
-        except ValueError:
-            return False
-        return actual > bound if operator == "Gt" else actual < bound
-    return False
-
-
-def node_selector_matches(selector: Mapping[str, object], node_name: str, labels: Mapping[str, str]) -> bool:
-    """A core/v1 NodeSelector (a slice's spec.nodeSelector): its terms ORed, each term's
-    expressions and fields ANDed; a term with neither matches nothing."""
-    terms = selector.get("nodeSelectorTerms")
-    fields = {"metadata.name": node_name}
-    for term in terms if isinstance(terms, list) else ():
-        if not isinstance(term, Mapping):
-            continue
-        expressions = [e for e in term.get("matchExpressions") or () if isinstance(e, Mapping)]
-        field_terms = [e for e in term.get("matchFields") or () if isinstance(e, Mapping)]
-        if not expressions and not field_terms:
-            continue
-        if all(_requirement_matches(e, labels) for e in expressions) and all(
-            _requirement_matches(e, fields) for e in field_terms
-        ):
-            return True
-    return False
 
 
 def _key_of(obj: Mapping[str, Any], namespaced: bool) -> str:
@@ -276,13 +234,7 @@ class DraStore:
     def node_view(self, node_name: str, labels: Mapping[str, str]) -> NodeDra | None:
         """What the node's slices offer and what allocated claims hold of it; None when no slice
         applies to the node."""
-        applying = [
-            found
-            for found in self.slices.values()
-            if found.node_name == node_name
-            or found.all_nodes
-            or (found.node_selector is not None and node_selector_matches(found.node_selector, node_name, labels))
-        ]
+        applying = [found for found in self.slices.values() if slice_applies_to(found, node_name, labels)]
         if not applying:
             return None
         devices = NodeDevices.from_slices(node_name, applying)
