@@ -6,11 +6,13 @@ CPUs 0-31,64-95 on NUMA 0 and 32-63,96-127 on NUMA 1)."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 import yaml
 from conftest import load_machine
 
@@ -294,3 +296,39 @@ def test_a_failed_binding_takes_the_claim_status_back() -> None:
     run(sim)
     assert sim.objects["Pod"]["default/trainer"]["spec"].get("nodeName") == "pcie-0"
     assert len(allocated_devices(sim, "default/four-gpus")) == 4
+
+
+def test_the_worked_example_of_the_docs(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/dra.md shows this run's output; the placements it explains must hold."""
+    from numasched.cli import main
+
+    docs = Path(__file__).parent.parent / "docs"
+    code = main(
+        [
+            "simulate",
+            "--cluster",
+            str(docs / "examples" / "dra-cluster.yaml"),
+            "--workload",
+            str(docs / "examples" / "dra-workload.yaml"),
+            "--output",
+            "json",
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    pods = {entry["name"]: entry for entry in report["pods"]}
+    assert {name: entry["status"] for name, entry in pods.items()} == {
+        "busy": "Bound",
+        "trainer": "Bound",
+        "worker": "Bound",
+    }
+    assert pods["trainer"]["numa"] == [1] and not IdSet.parse(pods["trainer"]["cpuset"]) - NUMA1_CPUS
+    assert [d["device"] for d in pods["trainer"]["claims"][0]["devices"]] == ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]
+    assert pods["worker"]["numa"] == [0] and not IdSet.parse(pods["worker"]["cpuset"]) - NUMA0_CPUS
+    worker_claim = pods["worker"]["claims"][0]
+    assert worker_claim["claim"].startswith("default/worker-gpus-")
+    # Two GPUs of NUMA 0 behind one PCIe root (gpu-0/1 on pci0000:10, gpu-2/3 on pci0000:30).
+    assert [d["device"] for d in worker_claim["devices"]] in (["gpu-0", "gpu-1"], ["gpu-2", "gpu-3"])
+    docs_text = (docs / "dra.md").read_text()
+    assert "default/trainer │ -   │ pcie-0 │ 1    │ 32-39,96-103" in docs_text
