@@ -117,8 +117,10 @@ def in_use_with_ledger(dra: NodeDra, used: Mapping[str, frozenset[str]]) -> Node
         return dra
     in_use = dra.in_use
     for _, allocation in sorted(claim_allocations(held, dra.devices.node_name).items(), key=lambda item: item[0]):
-        if allocation.results:
-            in_use = in_use.plus(allocation, dra.devices)
+        # A pod being bound is in the ledger and among the node's in-flight claims: once only.
+        fresh = tuple(result for result in allocation.results if result.device_id not in in_use.devices)
+        if fresh:
+            in_use = in_use.plus(attrs.evolve(allocation, results=fresh), dra.devices)
     key = (dra.key, tuple(sorted((resource, tuple(sorted(ids))) for resource, ids in held.items())))
     return NodeDra(dra.devices, in_use, dra.classes, key)
 

@@ -24,6 +24,7 @@ import attrs
 import structlog
 
 from numasched.api.allocation import PodAllocation, ReportedAllocations
+from numasched.api.dra_claims import claim_allocations
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo, UnknownHolder, pinned_holdings, unknown_part
 from numasched.api.pod_fingerprint import pods_fingerprint
@@ -203,9 +204,7 @@ class Cache:
 
     def _dra_handler(self, kind: str) -> Callable[[str, Mapping[str, Any] | None], None]:
         def handle(key: str, obj: Mapping[str, Any] | None) -> None:
-            old = self._raw[kind].get(key)
-            affected = self.dra.apply(kind, obj if obj is not None else (old or {}), deleted=obj is None)
-            self._dirty.update(self._nodes if affected is None else affected)
+            self._dra_dirty(self.dra.apply(kind, key, obj))
 
         return handle
 
@@ -354,10 +353,20 @@ class Cache:
     def assume(self, task_uid: str, node_name: str, allocation: PodAllocation | None) -> None:
         self._assumed[task_uid] = _Assumption(node_name, allocation)
         self._reindex(task_uid)
+        if allocation is not None and self.dra.in_use_anywhere:
+            devices: dict[str, list[str]] = {}
+            for container in allocation.containers:
+                for resource, ids in container.devices.items():
+                    devices.setdefault(resource, []).extend(ids)
+            self._dra_dirty(self.dra.assume(task_uid, claim_allocations(devices, node_name)))
 
     def forget(self, task_uid: str) -> None:
+        self._dra_dirty(self.dra.forget(task_uid))
         if self._assumed.pop(task_uid, None) is not None:
             self._reindex(task_uid)
+
+    def _dra_dirty(self, affected: set[str] | None) -> None:
+        self._dirty.update(self._nodes if affected is None else affected)
 
     def pod_object(self, task_uid: str) -> Mapping[str, Any] | None:
         return self._raw["Pod"].get(task_uid)

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from numasched.api.dra import ClaimInfo, ClaimSpec, DeviceClassInfo, DraProblem, ResourceSliceInfo
+from numasched.api.dra import ClaimAllocation, ClaimInfo, ClaimSpec, DeviceClassInfo, DraProblem, ResourceSliceInfo
 from numasched.api.dra_claims import NodeDra, PodClaimRef, PodClaims
 from numasched.cache.convert_dra import (
     convert_claim_template,
@@ -95,6 +95,11 @@ class DraStore:
         self._version = 0
         # Per pod uid: its claim references, its claim statuses, and a problem in them.
         self._pods: dict[str, tuple[tuple[PodClaimRef, ...], dict[str, str | None], str]] = {}
+        # The store's key of each object, by (kind, the cache's key), for deletions.
+        self._store_keys: dict[tuple[str, str], str] = {}
+        # Claim allocations of pods being bound (kube-scheduler's in-flight claims): written or
+        # about to be written to the claims, and not yet seen in a claim event. Per pod uid.
+        self._assumed: dict[str, dict[str, ClaimAllocation]] = {}
 
     @property
     def in_use_anywhere(self) -> bool:
@@ -107,35 +112,37 @@ class DraStore:
 
     # ---- events -------------------------------------------------------------------------------
 
-    def apply(self, kind: str, obj: Mapping[str, Any], deleted: bool) -> Affected:
-        """One watch event; the nodes whose DRA view it changes."""
+    def apply(self, kind: str, cache_key: str, obj: Mapping[str, Any] | None) -> Affected:
+        """One watch event (obj None: deleted; the cache's key names what it deletes); the nodes
+        whose DRA view it changes."""
+        if obj is None:
+            key = self._store_keys.pop((kind, cache_key), None)
+            if key is None:
+                return set()
+        else:
+            key = _key_of(obj, namespaced=kind in ("ResourceClaim", "ResourceClaimTemplate"))
+            self._store_keys[(kind, cache_key)] = key
         if kind == "ResourceSlice":
-            return self._on_slice(obj, deleted)
+            return self._on_slice(key, obj)
+        if kind == "ResourceClaim":
+            return self._on_claim(key, obj)
         if kind == "DeviceClass":
-            key = _key_of(obj, namespaced=False)
             self._version += 1
-            if deleted:
-                self.classes.pop(key, None)
-                self._classes_view = dict(self.classes)
-                return None
-            device_class, problems = convert_device_class(obj)
-            self._report(problems)
-            if device_class is not None:
-                self.classes[device_class.name] = device_class
+            self.classes.pop(key, None)
+            if obj is not None:
+                device_class, problems = convert_device_class(obj)
+                self._report(problems)
+                if device_class is not None:
+                    self.classes[key] = device_class
             self._classes_view = dict(self.classes)
             return None
-        if kind == "ResourceClaim":
-            return self._on_claim(obj, deleted)
         if kind == "ResourceClaimTemplate":
-            key = _key_of(obj, namespaced=True)
-            if deleted:
-                self.templates.pop(key, None)
-                return set()
-            converted, problems = convert_claim_template(obj)
-            self._report(problems)
-            if converted is not None:
-                namespace, name, spec = converted
-                self.templates[f"{namespace}/{name}"] = spec
+            self.templates.pop(key, None)
+            if obj is not None:
+                converted, problems = convert_claim_template(obj)
+                self._report(problems)
+                if converted is not None:
+                    self.templates[key] = converted[2]
             return set()
         return set()
 
@@ -145,12 +152,11 @@ class DraStore:
             return set()
         return {found.node_name} if found.node_name else None
 
-    def _on_slice(self, obj: Mapping[str, Any], deleted: bool) -> Affected:
-        key = _key_of(obj, namespaced=False)
+    def _on_slice(self, key: str, obj: Mapping[str, Any] | None) -> Affected:
         old = self.slices.pop(key, None)
         self._version += 1
         new = None
-        if not deleted:
+        if obj is not None:
             new, problems = convert_resource_slice(obj)
             self._report(problems)
             if new is not None:
@@ -158,23 +164,26 @@ class DraStore:
         before, after = self._slice_nodes(old), self._slice_nodes(new)
         return None if before is None or after is None else before | after
 
-    def _on_claim(self, obj: Mapping[str, Any], deleted: bool) -> Affected:
-        key = _key_of(obj, namespaced=True)
+    def _on_claim(self, key: str, obj: Mapping[str, Any] | None) -> Affected:
         old = self.claims.pop(key, None)
         self._owners.pop(key, None)
         new = None
-        if not deleted:
+        if obj is not None:
             new, problems = convert_resource_claim(obj)
             self._report(problems)
             if new is not None:
-                self.claims[new.key] = new
+                self.claims[key] = new
                 metadata = obj.get("metadata")
                 owners = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
-                self._owners[new.key] = frozenset(
+                self._owners[key] = frozenset(
                     str(owner["uid"])
                     for owner in owners or ()
                     if isinstance(owner, Mapping) and owner.get("kind") == "Pod" and owner.get("uid")
                 )
+        if new is None or new.allocation is not None:
+            # The claim event now tells what it holds (or it is gone): no longer in flight.
+            for held in self._assumed.values():
+                held.pop(key, None)
         affected: set[str] = set()
         for claim in (old, new):
             if claim is None or claim.allocation is None:
@@ -184,9 +193,32 @@ class DraStore:
             affected.add(claim.allocation.node_name)
         return affected
 
+    def assume(self, uid: str, allocations: Mapping[str, ClaimAllocation]) -> Affected:
+        """Claims a pod being bound was given: held on their node until a claim event shows them
+        allocated (the pod's own event may come first), or the bind fails (forget)."""
+        pending = {key: allocation for key, allocation in allocations.items() if allocation.results}
+        if not pending:
+            return set()
+        self._assumed[uid] = pending
+        return self._nodes_of(pending.values())
+
+    def forget(self, uid: str) -> Affected:
+        dropped = self._assumed.pop(uid, None)
+        return self._nodes_of(dropped.values()) if dropped else set()
+
+    @staticmethod
+    def _nodes_of(allocations: Iterable[ClaimAllocation]) -> Affected:
+        nodes: set[str] = set()
+        for allocation in allocations:
+            if allocation.node_name is None:
+                return None
+            nodes.add(allocation.node_name)
+        return nodes
+
     def set_pod(self, uid: str, pod: Mapping[str, Any] | None) -> None:
         if pod is None:
             self._pods.pop(uid, None)
+            self._assumed.pop(uid, None)
             return
         refs, statuses, problem = pod_claim_refs(pod)
         if refs or problem:
@@ -243,6 +275,12 @@ class DraStore:
             for claim in self.claims.values()
             if claim.allocation is not None and claim.allocation.node_name in (None, node_name)
         ]
+        allocations.extend(
+            allocation
+            for held in self._assumed.values()
+            for allocation in held.values()
+            if allocation.node_name in (None, node_name)
+        )
         in_use = DevicesInUse.from_allocations(allocations, devices)
         counters = tuple(sorted((key, tuple(sorted(values.items()))) for key, values in in_use.counters.items()))
         key = (self._version, tuple(device.id for device in devices.devices), in_use.devices, counters)
