@@ -128,6 +128,8 @@ def in_use_with_ledger(dra: NodeDra, used: Mapping[str, frozenset[str]]) -> Node
 def without_claims(allocation: PodAllocation) -> PodAllocation:
     """The allocation without its ResourceClaim ledger entries: the annotation a binding carries
     names CPUs and device-plugin ids; the claims' devices are written to the claims."""
+    if not any(is_claim_resource(resource) for container in allocation.containers for resource in container.devices):
+        return allocation
     containers = []
     for container in allocation.containers:
         devices = {resource: ids for resource, ids in container.devices.items() if not is_claim_resource(resource)}
