@@ -4,10 +4,12 @@ server with the real kubernetes_asyncio client; DRA informers on a server withou
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import yaml
 from kubeapi_server import KubeApiServer
 from kubernetes_asyncio import client
 
@@ -21,6 +23,7 @@ from numasched.cache.cache import Cache
 from numasched.cache.kube.binder import KubeBinder
 from numasched.cache.kube.informer import InformerTiming
 from numasched.cache.kube.resources import build_informers
+from numasched.cache.machine_shapes import machine_objects
 
 pytestmark = pytest.mark.anyio
 
@@ -167,3 +170,80 @@ async def test_dra_informers_feed_the_cache_and_a_server_without_the_group_stall
             while "default/gpus" not in cache.dra.claims:
                 await anyio.sleep(0.02)
         group.cancel_scope.cancel()
+
+
+def node_slices(node_name: str) -> list[dict[str, Any]]:
+    """The fixture slices of pcie-0 (tests/fixtures/dra), for another node of that machine."""
+    path = Path(__file__).parent / "fixtures" / "dra" / "pcie-8gpu-2numa-numa.yaml"
+    found = []
+    for obj in yaml.safe_load_all(path.read_text()):
+        if obj and obj["kind"] == "ResourceSlice":
+            obj["metadata"]["name"] = obj["metadata"]["name"].replace("pcie-0", node_name)
+            obj["spec"]["nodeName"] = node_name
+            obj["spec"]["pool"]["name"] = node_name
+            found.append(obj)
+    return found
+
+
+async def test_run_end_to_end_allocates_claims_without_handing_a_device_out_twice(server: KubeApiServer) -> None:
+    from test_kube_e2e import start_scheduler, wait_until
+
+    machine = yaml.safe_load((Path(__file__).parent / "fixtures" / "machines" / "pcie-8gpu-2numa.yaml").read_text())
+    for name in ("gpu-a", "gpu-b"):
+        node_obj, topology = machine_objects(machine, name)
+        server.add(node_obj)
+        server.add(topology)
+        for slice_obj in node_slices(name):
+            server.add(slice_obj)
+    server.add(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+        }
+    )
+    # 10 claims of 2 GPUs on 16 GPUs: 8 can be allocated.
+    for index in range(10):
+        two = claim_object(f"c{index}")
+        two["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+        two["spec"]["devices"]["constraints"] = [{"matchAttribute": "resource.kubernetes.io/numaNode"}]
+        server.add(two)
+        worker = pod(f"p{index}")
+        worker["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"c{index}"}]
+        limits = {"cpu": "2", "memory": "1Gi"}
+        worker["spec"]["containers"][0]["resources"] = {"requests": limits, "limits": limits}
+        server.add(worker)
+
+    def bound() -> dict[str, str]:
+        return {
+            p["metadata"]["name"]: p["spec"]["nodeName"] for p in server.list("v1", "Pod") if p["spec"].get("nodeName")
+        }
+
+    async with anyio.create_task_group() as group:
+        server.fail_binds(2, code=500)  # two bindings fail after their claims were written
+        running = await start_scheduler(group, server, leader_elect=False)
+        await wait_until(lambda: len(bound()) == 8, 15, "8 pods bound")
+        await anyio.sleep(0.6)  # a few more cycles: nothing else may bind
+        running.runner.stop()
+        await running.done.wait()
+        group.cancel_scope.cancel()
+    placed = bound()
+    assert len(placed) == 8
+    assert server.faults.bind_failures_left == 0  # both failures happened, after claim writes
+    owners: dict[tuple[str, str], str] = {}
+    for index in range(10):
+        stored = server.get("resource.k8s.io/v1", "ResourceClaim", f"c{index}", "default")
+        assert stored is not None
+        status = stored.get("status") or {}
+        name = f"p{index}"
+        if name not in placed:
+            assert not status.get("allocation") and not status.get("reservedFor"), status
+            continue
+        assert [entry["name"] for entry in status["reservedFor"]] == [name]
+        results = status["allocation"]["devices"]["results"]
+        assert len(results) == 2
+        for result in results:
+            assert result["pool"] == placed[name]  # the devices are on the pod's node
+            owner = owners.setdefault((result["pool"], result["device"]), name)
+            assert owner == name, f"{result['device']} on {result['pool']} given to {owner} and {name}"
