@@ -332,3 +332,21 @@ def test_the_worked_example_of_the_docs(capsys: pytest.CaptureFixture[str]) -> N
     assert [d["device"] for d in worker_claim["devices"]] in (["gpu-0", "gpu-1"], ["gpu-2", "gpu-3"])
     docs_text = (docs / "dra.md").read_text()
     assert "default/trainer │ -   │ pcie-0 │ 1    │ 32-39,96-103" in docs_text
+
+
+def test_pods_with_claims_go_only_where_slices_offer_the_devices() -> None:
+    sim = SimCluster(Cache())
+    for node_name in ("plain", "pcie-0"):
+        node_obj, topology = machine_objects(
+            load_machine("pcie-8gpu-2numa"), node_name, topology_policy=TopologyPolicy.SINGLE_NUMA_NODE
+        )
+        sim.add(node_obj)
+        sim.add(topology)
+    for obj in (*fixture_objects("pcie-8gpu-2numa-numa"), GPU_CLASS):
+        sim.add(copy.deepcopy(obj))
+    for index in range(3):
+        sim.add(claim(f"one-{index}", [request("gpu", "gpu.nvidia.com", 1)]))
+        sim.add(pod(f"w{index}", 2, {"gpu": f"one-{index}"}))
+    run(sim)
+    for index in range(3):
+        assert sim.objects["Pod"][f"default/w{index}"]["spec"].get("nodeName") == "pcie-0", failed(sim, f"w{index}")
