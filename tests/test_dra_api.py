@@ -24,6 +24,7 @@ from numasched.cache.kube.binder import KubeBinder
 from numasched.cache.kube.informer import InformerTiming
 from numasched.cache.kube.resources import build_informers
 from numasched.cache.machine_shapes import machine_objects
+from numasched.scheduler.runner import RunOptions, SchedulerRunner
 
 pytestmark = pytest.mark.anyio
 
@@ -186,8 +187,6 @@ def node_slices(node_name: str) -> list[dict[str, Any]]:
 
 
 async def test_run_end_to_end_allocates_claims_without_handing_a_device_out_twice(server: KubeApiServer) -> None:
-    from test_kube_e2e import start_scheduler, wait_until
-
     machine = yaml.safe_load((Path(__file__).parent / "fixtures" / "machines" / "pcie-8gpu-2numa.yaml").read_text())
     for name in ("gpu-a", "gpu-b"):
         node_obj, topology = machine_objects(machine, name)
@@ -220,14 +219,22 @@ async def test_run_end_to_end_allocates_claims_without_handing_a_device_out_twic
             p["metadata"]["name"]: p["spec"]["nodeName"] for p in server.list("v1", "Pod") if p["spec"].get("nodeName")
         }
 
-    async with anyio.create_task_group() as group:
-        server.fail_binds(2, code=500)  # two bindings fail after their claims were written
-        running = await start_scheduler(group, server, leader_elect=False)
-        await wait_until(lambda: len(bound()) == 8, 15, "8 pods bound")
-        await anyio.sleep(0.6)  # a few more cycles: nothing else may bind
-        running.runner.stop()
-        await running.done.wait()
-        group.cancel_scope.cancel()
+    server.fail_binds(2, code=500)  # two bindings fail after their claims were written
+    options = RunOptions(
+        schedule_period=0.2,
+        leader_elect=False,
+        request_timeout=5.0,
+        informer_timing=InformerTiming(request_timeout=5.0, watch_timeout=30, backoff_initial=0.05, missing_retry=1.0),
+    )
+    async with client.ApiClient(client.Configuration(host=server.url)) as api_client:
+        runner = SchedulerRunner(api_client, options)
+        async with anyio.create_task_group() as group:
+            group.start_soon(runner.run)
+            with anyio.fail_after(15):
+                while len(bound()) < 8:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.6)  # a few more cycles: nothing else may bind
+            runner.stop()
     placed = bound()
     assert len(placed) == 8
     assert server.faults.bind_failures_left == 0  # both failures happened, after claim writes
