@@ -19,10 +19,10 @@ tiers:
   - name: predicates
   - name: nodeorder
   - name: binpack
+  - name: dra
   - name: numa-aware
     arguments:
       weight: 10
-  - name: dra
 """
 
 

@@ -12,9 +12,9 @@ def test_default_actions_and_tiers() -> None:
     assert config.actions == ("enqueue", "allocate", "backfill")
     assert [[plugin.name for plugin in tier.plugins] for tier in config.tiers] == [
         ["priority", "gang", "conformance"],
-        ["predicates", "nodeorder", "binpack", "numa-aware", "dra"],
+        ["predicates", "nodeorder", "binpack", "dra", "numa-aware"],
     ]
-    numa_aware = config.tiers[1].plugins[3]
+    numa_aware = config.tiers[1].plugins[4]
     assert numa_aware.arguments == {"weight": 10}
 
 
@@ -26,8 +26,8 @@ def test_default_plugins_have_every_point_enabled() -> None:
 
 def test_default_config_is_a_fresh_object_each_call() -> None:
     first = default_config()
-    first.tiers[1].plugins[3].arguments["weight"] = 1
-    assert default_config().tiers[1].plugins[3].arguments == {"weight": 10}
+    first.tiers[1].plugins[4].arguments["weight"] = 1
+    assert default_config().tiers[1].plugins[4].arguments == {"weight": 10}
 
 
 def test_default_text_passes_a_registry_check_of_its_own_names() -> None:

@@ -234,7 +234,7 @@ async def test_put_open_with_arguments_sets_them(server: KubeApiServer, schedule
     entries = [p for t in yaml.safe_load(text)["tiers"] for p in t["plugins"] if p["name"] == "numa-aware"]
     assert entries == [{"name": "numa-aware", "arguments": {"weight": 4}}]
     # Added beside the node-scoring plugins, as in the default configuration.
-    assert plugin_names(text)[-4:] == ["predicates", "nodeorder", "binpack", "numa-aware"]
+    assert plugin_names(text)[-5:] == ["predicates", "nodeorder", "binpack", "dra", "numa-aware"]
 
 
 @pytest.mark.parametrize(
