@@ -207,6 +207,20 @@ def test_unsupported_request_fields_are_reported() -> None:
     assert [r.name for r in info.spec.requests] == ["nic"]
 
 
+def test_unreadable_allocation_makes_the_claim_unusable() -> None:
+    claim = copy.deepcopy(CLAIM)
+    claim["status"]["allocation"]["devices"]["results"][0]["device"] = 7
+    info, problems = convert_resource_claim(claim)
+    assert info is not None and info.allocation is None
+    assert fields(problems) == ["status.allocation.devices.results[0].device"]
+    assert not claim_is_usable(problems)
+    claim["status"]["allocation"] = CLAIM["status"]["allocation"]
+    claim["status"]["reservedFor"] = [{"resource": "pods"}]
+    info, problems = convert_resource_claim(claim)
+    assert info is not None and info.reserved_for == () and claim_is_usable(problems)
+    assert fields(problems) == ["status.reservedFor[0].name"]
+
+
 def test_template() -> None:
     template: dict[str, Any] = {
         "kind": "ResourceClaimTemplate",
