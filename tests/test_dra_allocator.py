@@ -539,3 +539,17 @@ def test_topology_partitions_through_pci_bus_ids(hgx: tuple[NodeDevices, dict[st
     assert isinstance(ours, PodClaimsAllocation) and ours.score.partitions == 1
     first_fit = allocate_claims([claim("p", [gpus(2)])], node, in_use, classes, evaluator, options=FIRST_FIT)
     assert chosen(first_fit) == ["gpu-1", "gpu-2"]
+
+
+def test_device_numa_sources_in_order() -> None:
+    """The standard attribute first, then the driver's own (`numa` on NVIDIA's vfio devices); a
+    NUMA id the topology lacks is unknown."""
+    topology = NumaTopology(node_name="n", numa_ids=(0, 1))
+    vfio = DraDevice("gpu.nvidia.com", "p", "gpu-vfio-0", {"gpu.nvidia.com/type": "vfio", "gpu.nvidia.com/numa": 1})
+    assert device_numa(vfio, topology) == 1
+    both = attrs.evolve(vfio, attributes={**vfio.attributes, NUMA: 0})
+    assert device_numa(both, topology) == 0
+    assert device_numa(attrs.evolve(vfio, attributes={NUMA: 5}), topology) is None
+    assert device_numa(attrs.evolve(vfio, attributes={NUMA: 5}), None) == 5
+    other_driver = DraDevice("x.example.com", "p", "d", {"x.example.com/numa": 1})
+    assert device_numa(other_driver, topology) is None
