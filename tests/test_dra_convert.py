@@ -238,13 +238,18 @@ def test_template() -> None:
 
 # -- fuzz: any JSON-like value anywhere never raises out of a converter ---------------------------
 
+
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3)
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=True)
     | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3),
+    _containers,
     max_leaves=12,
 )
 
