@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 import yaml
-from conftest import FIXTURES
+from conftest import FIXTURES, load_hack_module, load_machine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -326,3 +326,19 @@ def test_fuzzed_claims_allocate_or_say_why(data: st.DataObject, value: Any) -> N
     assert isinstance(result, (PodClaimsAllocation, ClaimsDoNotFit))
     hints = claim_hints([info], node, DevicesInUse(), classes, CelEvaluator(), options=options)
     assert hints is None or isinstance(hints, list)
+
+
+def test_fixtures_are_what_the_generator_writes() -> None:
+    """tests/fixtures/dra/*.yaml come from hack/dra_slices.py; regenerate them when it changes."""
+    generator = load_hack_module("dra_slices")
+    cases = [
+        ("hgx-h100-numa.yaml", "hgx-h100", "hgx-0", True, True),
+        ("hgx-h100.yaml", "hgx-h100", "hgx-0", False, False),
+        ("pcie-8gpu-2numa-numa.yaml", "pcie-8gpu-2numa", "pcie-0", True, False),
+        ("dgx-a100-numa.yaml", "dgx-a100", "dgx-0", True, False),
+    ]
+    for file_name, machine, node_name, numa_attribute, classes in cases:
+        expected = generator.resource_slices(load_machine(machine), node_name, numa_attribute=numa_attribute)
+        if classes:
+            expected += generator.device_classes()
+        assert list(yaml.safe_load_all((FIXTURES / "dra" / file_name).read_text())) == expected, file_name
