@@ -30,9 +30,10 @@ PCIE_ROOT_ATTRIBUTE = STANDARD_PREFIX + "pcieRoot"
 PCI_BUS_ID_ATTRIBUTE = STANDARD_PREFIX + "pciBusID"
 
 # Per-driver attributes that carry a NUMA node where the driver publishes one under its own
-# name (NVIDIA's vfio devices publish `numa`); checked after the standard attribute.
+# name (NVIDIA's vfio devices publish `numa`, cmd/gpu-kubelet-plugin/deviceinfo.go); checked
+# after the standard attribute.
 DRIVER_NUMA_ATTRIBUTES: Mapping[str, tuple[str, ...]] = {
-    "gpu.nvidia.com": ("gpu.nvidia.com/numaNode", "gpu.nvidia.com/numa"),
+    "gpu.nvidia.com": ("gpu.nvidia.com/numa",),
 }
 
 # API limits the allocator relies on (resource/v1 types.go).

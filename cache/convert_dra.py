@@ -674,8 +674,10 @@ def convert_resource_claim(obj: Any) -> tuple[ClaimInfo | None, list[DraProblem]
 
 
 def claim_is_usable(problems: Sequence[DraProblem]) -> bool:
-    """Whether a claim converted with these problems may be allocated: no problem in its spec."""
-    return not any(problem.field.startswith("spec") for problem in problems)
+    """Whether a claim converted with these problems may be allocated: no problem in its spec,
+    and none in its status.allocation (a claim whose allocation cannot be read may hold devices
+    already; allocating it again could hand them out twice)."""
+    return not any(problem.field.startswith(("spec", "status.allocation")) for problem in problems)
 
 
 def convert_claim_template(obj: Any) -> tuple[tuple[str, str, ClaimSpec] | None, list[DraProblem]]:

@@ -37,6 +37,7 @@ from numasched.cache.machine_shapes import machine_objects
 from numasched.plugins.dra.allocator import (
     AllocatorOptions,
     ClaimsDoNotFit,
+    DeviceSetScore,
     DevicesInUse,
     NodeDevices,
     PodClaimsAllocation,
@@ -352,6 +353,22 @@ def test_cel_error_is_reported_and_the_device_does_not_match(
     assert chosen(result) == ["nic-0"]
     assert isinstance(result, PodClaimsAllocation)
     assert any("gpu.nvidia.com/hgx-0/gpu-0" in problem and "rdma" in problem for problem in result.problems)
+    # Eight GPUs erred; 8 are named, and when nothing matches the errors say why.
+    assert len(result.problems) == 8
+    gpu_only = dict(classes, everything=DeviceClassInfo("everything", ("device.attributes['gpu.nvidia.com'].rdma",)))
+    refused = allocate_claims([claim("x", [wide])], node, DevicesInUse(), gpu_only, CelEvaluator())
+    assert isinstance(refused, ClaimsDoNotFit) and "0 free matching devices" in refused.reason
+    assert len(refused.problems) == 9 and refused.problems[-1] == "... and 8 more CEL errors"
+
+
+def test_node_score() -> None:
+    """Hand-computed from the formula in DeviceSetScore.node_score."""
+    assert DeviceSetScore(numa_span=1, pcie_roots=1).node_score(2) == 100
+    assert DeviceSetScore(numa_span=2, pcie_roots=2).node_score(2) == 30  # 100 - 60 - 10
+    assert DeviceSetScore(numa_span=1, pcie_roots=1, broken_numa=1).node_score(2) == 90  # 100 - 20 * 1/2
+    # 100 - 60 * 2/7 - 10 - 10 - 20 * 3/8 = 55.4
+    assert DeviceSetScore(numa_span=3, partitions=2, pcie_roots=3, broken_numa=3).node_score(8) == 55
+    assert DeviceSetScore().node_score(0) == 100
 
 
 def test_match_attribute_across_two_claims_is_per_claim(hgx: tuple[NodeDevices, dict[str, DeviceClassInfo]]) -> None:
@@ -522,3 +539,17 @@ def test_topology_partitions_through_pci_bus_ids(hgx: tuple[NodeDevices, dict[st
     assert isinstance(ours, PodClaimsAllocation) and ours.score.partitions == 1
     first_fit = allocate_claims([claim("p", [gpus(2)])], node, in_use, classes, evaluator, options=FIRST_FIT)
     assert chosen(first_fit) == ["gpu-1", "gpu-2"]
+
+
+def test_device_numa_sources_in_order() -> None:
+    """The standard attribute first, then the driver's own (`numa` on NVIDIA's vfio devices); a
+    NUMA id the topology lacks is unknown."""
+    topology = NumaTopology(node_name="n", numa_ids=(0, 1))
+    vfio = DraDevice("gpu.nvidia.com", "p", "gpu-vfio-0", {"gpu.nvidia.com/type": "vfio", "gpu.nvidia.com/numa": 1})
+    assert device_numa(vfio, topology) == 1
+    both = attrs.evolve(vfio, attributes={**vfio.attributes, NUMA: 0})
+    assert device_numa(both, topology) == 0
+    assert device_numa(attrs.evolve(vfio, attributes={NUMA: 5}), topology) is None
+    assert device_numa(attrs.evolve(vfio, attributes={NUMA: 5}), None) == 5
+    other_driver = DraDevice("x.example.com", "p", "d", {"x.example.com/numa": 1})
+    assert device_numa(other_driver, topology) is None

@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 import yaml
-from conftest import FIXTURES
+from conftest import FIXTURES, load_hack_module, load_machine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -207,6 +207,20 @@ def test_unsupported_request_fields_are_reported() -> None:
     assert [r.name for r in info.spec.requests] == ["nic"]
 
 
+def test_unreadable_allocation_makes_the_claim_unusable() -> None:
+    claim = copy.deepcopy(CLAIM)
+    claim["status"]["allocation"]["devices"]["results"][0]["device"] = 7
+    info, problems = convert_resource_claim(claim)
+    assert info is not None and info.allocation is None
+    assert fields(problems) == ["status.allocation.devices.results[0].device"]
+    assert not claim_is_usable(problems)
+    claim["status"]["allocation"] = CLAIM["status"]["allocation"]
+    claim["status"]["reservedFor"] = [{"resource": "pods"}]
+    info, problems = convert_resource_claim(claim)
+    assert info is not None and info.reserved_for == () and claim_is_usable(problems)
+    assert fields(problems) == ["status.reservedFor[0].name"]
+
+
 def test_template() -> None:
     template: dict[str, Any] = {
         "kind": "ResourceClaimTemplate",
@@ -224,13 +238,18 @@ def test_template() -> None:
 
 # -- fuzz: any JSON-like value anywhere never raises out of a converter ---------------------------
 
+
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3)
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=True)
     | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3),
+    _containers,
     max_leaves=12,
 )
 
@@ -307,3 +326,19 @@ def test_fuzzed_claims_allocate_or_say_why(data: st.DataObject, value: Any) -> N
     assert isinstance(result, (PodClaimsAllocation, ClaimsDoNotFit))
     hints = claim_hints([info], node, DevicesInUse(), classes, CelEvaluator(), options=options)
     assert hints is None or isinstance(hints, list)
+
+
+def test_fixtures_are_what_the_generator_writes() -> None:
+    """tests/fixtures/dra/*.yaml come from hack/dra_slices.py; regenerate them when it changes."""
+    generator = load_hack_module("dra_slices")
+    cases = [
+        ("hgx-h100-numa.yaml", "hgx-h100", "hgx-0", True, True),
+        ("hgx-h100.yaml", "hgx-h100", "hgx-0", False, False),
+        ("pcie-8gpu-2numa-numa.yaml", "pcie-8gpu-2numa", "pcie-0", True, False),
+        ("dgx-a100-numa.yaml", "dgx-a100", "dgx-0", True, False),
+    ]
+    for file_name, machine, node_name, numa_attribute, classes in cases:
+        expected = generator.resource_slices(load_machine(machine), node_name, numa_attribute=numa_attribute)
+        if classes:
+            expected += generator.device_classes()
+        assert list(yaml.safe_load_all((FIXTURES / "dra" / file_name).read_text())) == expected, file_name

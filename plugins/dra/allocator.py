@@ -52,6 +52,9 @@ from numasched.api.topology import NumaTopology
 from numasched.plugins.dra.cel import CelEvaluator
 from numasched.plugins.predicates import term_matches
 
+# CEL errors named per call (the rest are counted).
+MAX_CEL_PROBLEMS = 8
+
 # (driver, pool, counter set name): a shared counter set of one pool.
 CounterSetId = tuple[str, str, str]
 
@@ -526,11 +529,19 @@ def _prepare(
     fixed: list[DraDevice] = []
     by_id = {device.id: device for device in node.devices}
 
+    cel_errors: list[str] = []
+
+    def collected() -> tuple[str, ...]:
+        # One broken selector errs on every device it meets: name a few, count the rest.
+        extra = len(cel_errors) - MAX_CEL_PROBLEMS
+        more = [f"... and {extra} more CEL errors"] if extra > 0 else []
+        return (*problems, *cel_errors[:MAX_CEL_PROBLEMS], *more)
+
     def selected(device: DraDevice, expressions: Sequence[str]) -> bool:
         for expression in expressions:
             result = evaluator.selects(expression, device)
-            if result.error is not None and result.error not in problems:
-                problems.append(result.error)
+            if result.error is not None and result.error not in cel_errors:
+                cel_errors.append(result.error)
             if not result.matched:
                 return False
         return True
@@ -572,14 +583,14 @@ def _prepare(
                 alternatives.append(_Alternative(index, sub, request.result_name(sub), free, matching))
             if not alternatives:
                 detail = "; ".join(reasons) or "no alternatives"
-                return ClaimsDoNotFit(f"claim {claim.key} request {request.name}: {detail}", tuple(problems))
+                return ClaimsDoNotFit(f"claim {claim.key} request {request.name}: {detail}", collected())
             slots.append(_Slot(position, request, tuple(alternatives)))
         for constraint in claim.spec.constraints:
             for attribute, distinct in ((constraint.match_attribute, False), (constraint.distinct_attribute, True)):
                 if attribute is not None:
                     constraints.append(_Constraint(position, attribute, distinct, frozenset(constraint.requests)))
     sizes = tuple(ALLOCATION_RESULTS_MAX for _ in keys)
-    return _Prepared(tuple(slots), tuple(constraints), sizes, tuple(keys), tuple(fixed), tuple(problems))
+    return _Prepared(tuple(slots), tuple(constraints), sizes, tuple(keys), tuple(fixed), collected())
 
 
 # --- scoring ------------------------------------------------------------------------------------
