@@ -88,6 +88,10 @@ class DraStore:
         # A copy made on every class change: node views share it, and it never changes under them.
         self._classes_view: Mapping[str, DeviceClassInfo] = {}
         self.claims: dict[str, ClaimInfo] = {}
+        # Indexes for node views: slice keys per nodeName ("" for allNodes and node selectors),
+        # allocated claim keys per node (None: devices reachable from all nodes).
+        self._slices_by_node: dict[str, set[str]] = {}
+        self._allocated_by_node: dict[str | None, set[str]] = {}
         self.templates: dict[str, ClaimSpec] = {}
         # Claim owners' uids, by claim key (a claim made from a template belongs to its pod).
         self._owners: dict[str, frozenset[str]] = {}
@@ -147,6 +151,14 @@ class DraStore:
         return set()
 
     @staticmethod
+    def _unindex(index: dict[Any, set[str]], where: str | None, key: str) -> None:
+        keys = index.get(where)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[where]
+
+    @staticmethod
     def _slice_nodes(found: ResourceSliceInfo | None) -> Affected:
         if found is None:
             return set()
@@ -154,6 +166,8 @@ class DraStore:
 
     def _on_slice(self, key: str, obj: Mapping[str, Any] | None) -> Affected:
         old = self.slices.pop(key, None)
+        if old is not None:
+            self._unindex(self._slices_by_node, old.node_name or "", key)
         self._version += 1
         new = None
         if obj is not None:
@@ -161,11 +175,14 @@ class DraStore:
             self._report(problems)
             if new is not None:
                 self.slices[key] = new
+                self._slices_by_node.setdefault(new.node_name or "", set()).add(key)
         before, after = self._slice_nodes(old), self._slice_nodes(new)
         return None if before is None or after is None else before | after
 
     def _on_claim(self, key: str, obj: Mapping[str, Any] | None) -> Affected:
         old = self.claims.pop(key, None)
+        if old is not None and old.allocation is not None:
+            self._unindex(self._allocated_by_node, old.allocation.node_name, key)
         self._owners.pop(key, None)
         new = None
         if obj is not None:
@@ -173,6 +190,8 @@ class DraStore:
             self._report(problems)
             if new is not None:
                 self.claims[key] = new
+                if new.allocation is not None:
+                    self._allocated_by_node.setdefault(new.allocation.node_name, set()).add(key)
                 metadata = obj.get("metadata")
                 owners = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
                 self._owners[key] = frozenset(
@@ -266,15 +285,13 @@ class DraStore:
     def node_view(self, node_name: str, labels: Mapping[str, str]) -> NodeDra | None:
         """What the node's slices offer and what allocated claims hold of it; None when no slice
         applies to the node."""
-        applying = [found for found in self.slices.values() if slice_applies_to(found, node_name, labels)]
+        candidates = sorted(self._slices_by_node.get(node_name, set()) | self._slices_by_node.get("", set()))
+        applying = [found for key in candidates if slice_applies_to(found := self.slices[key], node_name, labels)]
         if not applying:
             return None
         devices = NodeDevices.from_slices(node_name, applying)
-        allocations = [
-            claim.allocation
-            for claim in self.claims.values()
-            if claim.allocation is not None and claim.allocation.node_name in (None, node_name)
-        ]
+        allocated = sorted(self._allocated_by_node.get(node_name, set()) | self._allocated_by_node.get(None, set()))
+        allocations = [allocation for key in allocated if (allocation := self.claims[key].allocation) is not None]
         allocations.extend(
             allocation
             for held in self._assumed.values()
