@@ -18,7 +18,7 @@ from conftest import load_machine
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION, allocation_from_json
 from numasched.api.idset import IdSet
-from numasched.api.topology import TopologyPolicy
+from numasched.api.topology import TopologyPolicy, TopologyScope
 from numasched.cache.cache import Cache
 from numasched.cache.machine_shapes import machine_objects
 from numasched.cache.simcluster import SimCluster
@@ -100,9 +100,13 @@ def pod(name: str, cpus: int, claims: Mapping[str, str] = {}, *, node: str = "",
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def cluster(machine: str, node_name: str, objects: list[dict[str, Any]]) -> SimCluster:
+def cluster(
+    machine: str, node_name: str, objects: list[dict[str, Any]], scope: TopologyScope = TopologyScope.CONTAINER
+) -> SimCluster:
     sim = SimCluster(Cache())
-    node, topology = machine_objects(load_machine(machine), node_name, topology_policy=TopologyPolicy.SINGLE_NUMA_NODE)
+    node, topology = machine_objects(
+        load_machine(machine), node_name, topology_policy=TopologyPolicy.SINGLE_NUMA_NODE, topology_scope=scope
+    )
     sim.add(node)
     sim.add(topology)
     for obj in objects:
@@ -161,10 +165,11 @@ def test_four_gpus_and_sixteen_cpus_on_one_numa_node() -> None:
     assert selector == {"key": "metadata.name", "operator": "In", "values": ["pcie-0"]}
 
 
-def test_the_cpus_decide_the_numa_node_and_the_gpus_follow() -> None:
+@pytest.mark.parametrize("scope", [TopologyScope.CONTAINER, TopologyScope.POD])
+def test_the_cpus_decide_the_numa_node_and_the_gpus_follow(scope: TopologyScope) -> None:
     # 60 of NUMA 0's 64 CPUs are held (2 more are reserved): 16 exclusive CPUs fit on NUMA 1 only.
     holder = pod("holder", 60, node="pcie-0", cpuset="2-31,66-95")
-    sim = cluster("pcie-8gpu-2numa", "pcie-0", [holder, *four_gpu_objects()])
+    sim = cluster("pcie-8gpu-2numa", "pcie-0", [holder, *four_gpu_objects()], scope)
     run(sim)
     assert sim.objects["Pod"]["default/trainer"]["spec"].get("nodeName") == "pcie-0", failed(sim, "trainer")
     assert allocated_devices(sim, "default/four-gpus") == ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]
@@ -350,3 +355,20 @@ def test_pods_with_claims_go_only_where_slices_offer_the_devices() -> None:
     run(sim)
     for index in range(3):
         assert sim.objects["Pod"][f"default/w{index}"]["spec"].get("nodeName") == "pcie-0", failed(sim, f"w{index}")
+
+
+def test_on_a_node_without_numa_topology_the_dra_plugin_allocates_the_claims() -> None:
+    sim = SimCluster(Cache())
+    node_obj, _ = machine_objects(load_machine("pcie-8gpu-2numa"), "pcie-0")
+    sim.add(node_obj)  # no Numatopology: numa-aware cannot align here
+    for obj in (*fixture_objects("pcie-8gpu-2numa-numa"), GPU_CLASS):
+        sim.add(copy.deepcopy(obj))
+    sim.add(claim("pair", [request("gpus", "gpu.nvidia.com", 2)], match="resource.kubernetes.io/pcieRoot"))
+    shared_pool = pod("shared-pool", 2, {"gpus": "pair"})
+    del shared_pool["spec"]["containers"][0]["resources"]["limits"]  # Burstable: nothing pinned
+    sim.add(shared_pool)
+    run(sim)
+    assert sim.objects["Pod"]["default/shared-pool"]["spec"].get("nodeName") == "pcie-0", failed(sim, "shared-pool")
+    # Two GPUs behind one PCIe root: gpu-0/1, 2/3, 4/5 or 6/7 in the fixture.
+    devices = allocated_devices(sim, "default/pair")
+    assert devices in (["gpu-0", "gpu-1"], ["gpu-2", "gpu-3"], ["gpu-4", "gpu-5"], ["gpu-6", "gpu-7"])
