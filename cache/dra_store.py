@@ -16,6 +16,7 @@ from typing import Any
 from numasched.api.dra import ClaimAllocation, ClaimInfo, ClaimSpec, DeviceClassInfo, DraProblem, ResourceSliceInfo
 from numasched.api.dra_claims import NodeDra, PodClaimRef, PodClaims
 from numasched.cache.convert_dra import (
+    claim_is_usable,
     convert_claim_template,
     convert_device_class,
     convert_resource_claim,
@@ -92,6 +93,8 @@ class DraStore:
         # allocated claim keys per node (None: devices reachable from all nodes).
         self._slices_by_node: dict[str, set[str]] = {}
         self._allocated_by_node: dict[str | None, set[str]] = {}
+        # Claims the scheduler must not allocate (a problem in their spec or allocation): why.
+        self._unusable: dict[str, str] = {}
         self.templates: dict[str, ClaimSpec] = {}
         # Claim owners' uids, by claim key (a claim made from a template belongs to its pod).
         self._owners: dict[str, frozenset[str]] = {}
@@ -181,6 +184,7 @@ class DraStore:
 
     def _on_claim(self, key: str, obj: Mapping[str, Any] | None) -> Affected:
         old = self.claims.pop(key, None)
+        self._unusable.pop(key, None)
         if old is not None and old.allocation is not None:
             self._unindex(self._allocated_by_node, old.allocation.node_name, key)
         self._owners.pop(key, None)
@@ -188,6 +192,13 @@ class DraStore:
         if obj is not None:
             new, problems = convert_resource_claim(obj)
             self._report(problems)
+            if new is not None and not claim_is_usable(problems):
+                # Parts of its spec were left out: allocating the rest would ignore what was asked.
+                self._unusable[key] = "; ".join(
+                    f"{problem.field}: {problem.message}"
+                    for problem in problems
+                    if problem.field.startswith(("spec", "status.allocation"))
+                )
             if new is not None:
                 self.claims[key] = new
                 if new.allocation is not None:
@@ -274,6 +285,10 @@ class DraStore:
                 return PodClaims(
                     problem=f"waiting for ResourceClaim {namespace}/{claim_name} (pod claim {ref.name!r}): not found"
                 )
+            unusable = self._unusable.get(f"{namespace}/{claim_name}")
+            if unusable:
+                where = f"ResourceClaim {namespace}/{claim_name} (pod claim {ref.name!r})"
+                return PodClaims(problem=f"{where} cannot be used: {unusable}")
             if ref.template_name is not None and uid not in self._owners.get(claim.key, frozenset()):
                 return PodClaims(
                     problem=f"ResourceClaim {claim.key} (pod claim {ref.name!r}) was not created for this pod "

@@ -195,3 +195,16 @@ def test_generated_claim_names_follow_the_controller() -> None:
     assert generated_claim_name("worker", "gpus", "u1").startswith("worker-gpus-")
     long_name = generated_claim_name("a" * 40, "b" * 20, "u1")
     assert long_name.startswith("a" * 16 + "-" + "b" * 16 + "-") and len(long_name) == 16 + 1 + 16 + 1 + 5
+
+
+def test_a_claim_with_an_unsupported_field_keeps_its_pods_waiting_and_says_why() -> None:
+    cache = Cache()
+    unsupported = claim("odd")
+    unsupported["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": "10Gi"}}
+    add(cache, node("n1"), gpu_slice("n1", node_name="n1"), unsupported)
+    add(cache, pod("p", [{"name": "g", "resourceClaimName": "odd"}]))
+    problem = pod_claims_problem(cache, "p")
+    assert problem.startswith("ResourceClaim default/odd (pod claim 'g') cannot be used: spec.devices.requests[0]")
+    assert "not supported" in problem
+    add(cache, claim("odd"))  # fixed: usable again
+    assert pod_claims_problem(cache, "p") == ""
