@@ -185,13 +185,14 @@ def feasible_nodes(
     scan_slots = slots[order]
     known = answers.predicate_generation[scan_slots] == generations[order]
     passes = known & answers.passed[scan_slots]
-    failures = answers.failures[scan_slots]
-    known_passes_before = np.cumsum(passes) - passes
+    stale = np.flatnonzero(~known)
+    known_passes_before = np.cumsum(passes) - passes if len(stale) else passes
     insufficient: dict[str, Status] = {}
     asked_passes = 0
-    all_shareable = True
+    # Failures of this scan the memo does not keep (they name the pod, or a plugin raised).
+    unshared: dict[int, tuple[Status, ...]] = {}
     fault_at: int | None = None
-    for step in np.flatnonzero(~known).tolist():
+    for step in stale.tolist():
         if int(known_passes_before[step]) + asked_passes >= wanted:
             break
         node = nodes[int(order[step])]
@@ -201,13 +202,12 @@ def feasible_nodes(
             answers.predicate_generation[slot] = node.generation
             answers.passed[slot] = failed is None
             answers.failures[slot] = failed
-        else:
-            all_shareable = False
+        elif failed is not None:
+            unshared[step] = failed
         if failed is None:
             passes[step] = True
             asked_passes += 1
             continue
-        failures[step] = failed
         if failed[0].code is StatusCode.ERROR and ssn.fault_of(task) is not None:
             # A plugin raised for this task: it fails this cycle, no need to try the others.
             fault_at = step
@@ -221,17 +221,20 @@ def feasible_nodes(
         ssn.node_scan_offset = (start + visited) % total
     seen = passes[:visited]
     failing = np.flatnonzero(~seen)
+    failures: dict[str, Sequence[Status]] = {}
     if len(failing):
-        names = index.names[order[failing]].tolist()
-        ssn.record_fit_errors(task, dict(zip(names, failures[failing].tolist(), strict=True)))
+        reasons = answers.failures[scan_slots[failing]]
+        for place, step in enumerate(failing.tolist()) if unshared else ():
+            if step in unshared:
+                reasons[place] = unshared[step]
+        failures = dict(zip(index.names[order[failing]].tolist(), reasons.tolist(), strict=True))
+        ssn.record_fit_errors(task, failures)
     positions = order[:visited][seen]
     candidates = Candidates(
         [nodes[position] for position in positions.tolist()], index, positions, generations[positions]
     )
-    if memo_key is not None and not candidates and visited == total and all_shareable:
-        ssn.failed_scans[memo_key] = _FailedScan(
-            index, generations, dict(zip(index.names[order].tolist(), failures.tolist(), strict=True))
-        )
+    if memo_key is not None and not candidates and visited == total and not unshared:
+        ssn.failed_scans[memo_key] = _FailedScan(index, generations, failures)
     return candidates
 
 
