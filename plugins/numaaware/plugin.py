@@ -768,7 +768,7 @@ class NumaAwarePlugin:
     def _allocation(self, task: TaskInfo, node: NodeInfo, decision: _Decision | None) -> Placement | Status:
         """The predicate's decision completed when the node is as the predicate saw it, else a
         fresh full placement."""
-        topology = node.topology if node.topology is None else self._subject(task, node.topology)[1]
+        subject, topology = (task, None) if node.topology is None else self._subject(task, node.topology)
         if decision is None or decision.topology is not topology or self._policy(task, node) != decision.policy:
             return self.place(task, node)
         free = decision.free
@@ -785,7 +785,6 @@ class NumaAwarePlugin:
         completed = self._completed.get(decision.equivalence)
         if completed is not None:
             return completed
-        subject = self._subject(task, topology)[0]
         placement = allocate_admitted(subject, decision.outcome, topology, free, self.providers, decision.policy)
         if not placement.admitted:
             return Status.unschedulable(placement.reason, PLUGIN_NAME)
