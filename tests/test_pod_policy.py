@@ -416,3 +416,59 @@ def test_agent_pinned_pod_is_what_the_kubelet_would_admit_under_the_pods_policy(
     if admitted:
         assert allocation is not None and len(allocation.cpus()) == limit
         assert numa_of(allocation.cpus()) == set(kubelet.numa_of_ids(model, verdict.cpus, {}))
+
+
+def static_cluster(pods: list[dict[str, Any]]) -> SimCluster:
+    cluster = SimCluster(Cache())
+    for name in ("node-a", "node-b"):
+        node, topology = machine_objects(
+            load_machine("epyc-1s-nps4"), name, topology_policy=TopologyPolicy.NONE, cpu_manager_policy="static"
+        )
+        cluster.add(node)
+        cluster.add(topology)
+    for obj in pods:
+        cluster.add(obj)
+    return cluster
+
+
+def guaranteed(
+    name: str, cpus: int, *, node: str = "", pinned: str = "", annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "default", "annotations": dict(annotations or {})}
+    if pinned:
+        metadata["annotations"][ALLOCATION_ANNOTATION] = json.dumps({"containers": {"main": {"cpuset": pinned}}})
+    resources = {"cpu": str(cpus), "memory": "1Gi"}
+    spec: dict[str, Any] = {
+        "schedulerName": "numasched",
+        "containers": [{"name": "main", "resources": {"requests": resources, "limits": resources}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected_node"),
+    [
+        # Control: no exclusivity; the scores prefer node-a, the less used.
+        ({VOLCANO: "single-numa-node"}, "node-a"),
+        # Preferred: on node-a the kubelet would put the pod on NUMA 0, which a spanning pod uses;
+        # node-b keeps the rule and wins.
+        ({ACK: '{"numaTopologyPolicy": "SingleNUMANode", "singleNUMANodeExclusive": "Preferred"}'}, "node-b"),
+        # Required: node-a is ruled out (the kubelet pins this Guaranteed pod: no other NUMA node
+        # can be chosen for it there).
+        ({ACK: '{"numaTopologyPolicy": "SingleNUMANode"}'}, "node-b"),
+    ],
+)
+def test_exclusivity_for_kubelet_pinned_pods(annotations: dict[str, str], expected_node: str) -> None:
+    cluster = static_cluster(
+        [
+            guaranteed("spanning", 4, node="node-a", pinned="1-2,16-17"),
+            guaranteed("single", 10, node="node-b", pinned="1-10"),
+            guaranteed("new", 4, annotations=annotations),
+        ]
+    )
+    run(cluster)
+    node, allocation = decided(cluster, "new")
+    assert node == expected_node
+    assert allocation is not None and numa_of(allocation.cpus()) == {0}
