@@ -18,7 +18,10 @@ no ids for that resource, and the pod itself counts as a holder of unknown ids f
 the session (its annotation will say the same to the next cycle's cache).
 
 Pod annotation volcano.sh/numa-topology-policy asks for a policy; when it is stricter than the
-node's kubelet policy it is enforced here on the scheduler side.
+node's kubelet policy it is enforced here on the scheduler side. ACK's and Koordinator's pod-level
+annotations (pod_policy.py: numa-topology-spec, cpuset-scheduler, cpu-policy: static-burst) add
+agent-pinned CPUs decided under the pod's policy, singleNUMANodeExclusive (exclusivity.py) and
+L3 rounding (providers/cpu_burst.py); docs/policies.md, "Node-level and pod-level policy".
 
 Scores: fewer NUMA nodes first (Volcano's normalisation, 0-100 times weight); for device pods,
 plus up to a quarter of that for the better-linked device set (link_scores).
