@@ -477,8 +477,8 @@ class NumaAwarePlugin:
         if not placement.admitted:
             return Status.unschedulable(placement.reason, PLUGIN_NAME)
         ruled = self._exclusive(task, subject, node, topology, free, policy, placement)
-        if isinstance(ruled, Admission):
-            return allocate_admitted(subject, ruled, topology, free, self.providers, policy)
+        # Given a Placement, _exclusive answers with a Placement (this one or another) or a Status.
+        assert not isinstance(ruled, Admission)
         return ruled
 
     def admit(self, task: TaskInfo, node: NodeInfo) -> Placement | Admission | Status:
