@@ -472,3 +472,36 @@ def test_exclusivity_for_kubelet_pinned_pods(annotations: dict[str, str], expect
     node, allocation = decided(cluster, "new")
     assert node == expected_node
     assert allocation is not None and numa_of(allocation.cpus()) == {0}
+
+
+def test_ack_gpu_example_on_a_node_whose_kubelet_aligns_nothing() -> None:
+    # ACK's example: 4 GPUs and 24 CPUs, SingleNUMANode by the pod's own spec, on a node whose
+    # kubelet runs cpuManagerPolicy none and topologyManagerPolicy none. GPUs 0 and 1 (NUMA 0) are
+    # held, so only NUMA 1 holds 4 free GPUs: the GPUs 4-7 and 24 CPUs of NUMA 1, pinned by the agent.
+    cluster = SimCluster(Cache())
+    node, topology = machine_objects(
+        load_machine("pcie-8gpu-2numa"), "gpu-none", topology_policy=TopologyPolicy.NONE, cpu_manager_policy="none"
+    )
+    cluster.add(node)
+    cluster.add(topology)
+    holder = guaranteed("holder", 2, node="gpu-none")
+    holder["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    holder["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    holder["metadata"]["annotations"][ALLOCATION_ANNOTATION] = json.dumps(
+        {"containers": {"main": {"devices": {"nvidia.com/gpu": ["0", "1"]}}}}
+    )
+    train = guaranteed(
+        "train",
+        24,
+        annotations={"cpuset-scheduler": "true", ACK: '{"numaTopologyPolicy": "SingleNUMANode"}'},
+    )
+    train["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
+    train["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "4"
+    cluster.add(holder)
+    cluster.add(train)
+    run(cluster)
+    node_name, allocation = decided(cluster, "train")
+    assert node_name == "gpu-none" and allocation is not None
+    assert set(allocation.devices("nvidia.com/gpu")) == {"4", "5", "6", "7"}
+    assert len(allocation.cpus()) == 24 and allocation.cpus().is_subset(IdSet.parse("32-63,96-127"))
+    assert allocation.numa() == NumaMask.from_ids([1])
