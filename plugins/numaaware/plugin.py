@@ -41,6 +41,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import numpy as np
 import structlog
 
 from numasched.api.allocation import PodAllocation
@@ -93,6 +94,7 @@ from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
+from numasched.scheduler.framework.equivalence import Candidates, Floats, Objects
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -304,7 +306,13 @@ class NumaAwarePlugin:
         self._session = ssn
         ssn.add_pre_predicate_fn(PLUGIN_NAME, self.pre_predicate)
         ssn.add_predicate_fn(PLUGIN_NAME, self.predicate)
-        ssn.add_score_parts(PLUGIN_NAME, self.score_part, self.combine_scores)
+        ssn.add_score_parts(
+            PLUGIN_NAME,
+            self.score_part,
+            self.combine_scores,
+            number=numa_count_of,
+            combine_numbers=self.combine_numa_counts,
+        )
         ssn.add_event_handler(EventHandler(allocate=self.on_allocate, deallocate=self.on_deallocate))
 
     def equivalence_key(self, task: TaskInfo) -> Hashable:
@@ -619,6 +627,19 @@ class NumaAwarePlugin:
     def _recall(self, task: TaskInfo, node_name: str) -> _Decision | None:
         return self._pod(task).decided.get(node_name)
 
+    def _scored_decision(self, task: TaskInfo, node_name: str) -> _Decision | None:
+        """The decision in the score part of the chosen node, when the candidates were scored on
+        arrays (combine_numa_counts keeps the parts, not a decision per candidate)."""
+        scored = self._pod(task).scored
+        if not scored:
+            return None
+        candidates, parts = scored[0]
+        for position, node in enumerate(candidates):
+            if node.name == node_name:
+                part = parts[position]
+                return part.decision if isinstance(part, _ScorePart) else None
+        return None
+
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
         outcome = self.admit(task, node)
         if isinstance(outcome, Status):
@@ -682,6 +703,48 @@ class NumaAwarePlugin:
             scores[node_name] = scores.get(node_name, 0.0) + bonus
         return scores
 
+    def combine_numa_counts(self, task: TaskInfo, candidates: Candidates, parts: Objects, counts: Floats) -> Floats:
+        """combine_scores on arrays: the candidates' NUMA counts (numa_count_of their parts; -1
+        where the node has no admission) give the scores in the candidates' order."""
+        pod = self._pod(task)
+        pod.decided.clear()
+        pod.scored[:] = [(candidates, parts)]
+        scored = counts >= 0
+        numa_counts = counts.astype(np.int64)
+        highest = int(numa_counts[scored].max(initial=0))
+        if highest == 0:
+            scores = np.where(scored, float(MAX_NODE_SCORE * self.weight), 0.0)
+        else:
+            scores = np.where(
+                scored,
+                ((MAX_NODE_SCORE - MAX_NODE_SCORE * numa_counts // highest) * self.weight).astype(np.float64),
+                0.0,
+            )
+        linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
+        if not linked or not scored.any():
+            return scores
+        best = float(scores[scored].max())
+        reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
+        qualities: dict[str, tuple[int, ...]] = {}
+        positions: dict[str, int] = {}
+        for position in np.flatnonzero(scored & (scores >= best - reach)).tolist():
+            node = candidates[position]
+            topology = node.topology
+            if topology is None or not topology.links:
+                continue
+            part = parts[position]
+            assert isinstance(part, _ScorePart)
+            if part.quality is _UNKNOWN_QUALITY:
+                resources = tuple(name for name in linked if name in topology.devices)
+                part.quality = self._set_quality(task, node, part.decision, resources) if resources else None
+            if part.quality is not None:
+                assert isinstance(part.quality, tuple)
+                qualities[node.name] = part.quality
+                positions[node.name] = position
+        for node_name, bonus in link_scores(qualities, self.weight).items():
+            scores[positions[node_name]] += bonus
+        return scores
+
     def _set_quality(
         self, task: TaskInfo, node: NodeInfo, decision: _Decision, resources: tuple[str, ...]
     ) -> tuple[int, int, int] | None:
@@ -727,7 +790,7 @@ class NumaAwarePlugin:
         """Decide the task's CPUs, devices and memory on its node. The statement then accounts
         task.allocation in the node's NUMA ledger, so later pods of this session see it."""
         task, node = event.task, event.node
-        decision = self._recall(task, node.name)
+        decision = self._recall(task, node.name) or self._scored_decision(task, node.name)
         self._forget_node(task, node.name)
         if node.topology is None:
             return
@@ -928,6 +991,12 @@ class _Decision:
 _UNKNOWN_QUALITY = object()
 
 
+def numa_count_of(part: object) -> float:
+    """The number combine_numa_counts reads of a score part: the NUMA nodes the admission spans,
+    -1 where the node has no admission."""
+    return float(part.decision.numa_count) if isinstance(part, _ScorePart) else -1.0
+
+
 class _ScorePart:
     """numa-aware's score part for one node (memoised by the engine per pod class and node
     generation): the admission, and the link quality of its device set once computed."""
@@ -956,6 +1025,8 @@ class _PodData:
     decided: dict[str, _Decision]
     # Per policy it is admitted under, the id of (policy, shape) in AdmissionTables.
     shape_ids: dict[TopologyPolicy, int]
+    # The candidates last scored and their score parts (combine_numbers): the decisions on them.
+    scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
