@@ -615,10 +615,22 @@ class NumaAwarePlugin:
         decided = self._pod(task).decided
         for node in nodes:
             decision = decided.get(node.name)
-            if decision is None or node.topology is None or decision.policy not in EXCLUSIVE_POLICIES:
-                continue
-            if node.name in scores and conflict(decision.outcome.numa, self._occupancy(node, decision.topology)):
+            if node.name in scores and decision is not None and self._breaks_rule(node, decision):
                 scores[node.name] -= MAX_NODE_SCORE * self.weight
+
+    def _preferred_penalty_array(self, task: TaskInfo, candidates: Candidates, parts: Objects, scores: Floats) -> None:
+        """_preferred_penalties on the arrays of combine_numa_counts."""
+        if self._spec(task).exclusive is not Exclusivity.PREFERRED:
+            return
+        for position, node in enumerate(candidates):
+            part = parts[position]
+            if isinstance(part, _ScorePart) and self._breaks_rule(node, part.decision):
+                scores[position] -= MAX_NODE_SCORE * self.weight
+
+    def _breaks_rule(self, node: NodeInfo, decision: _Decision) -> bool:
+        if node.topology is None or decision.policy not in EXCLUSIVE_POLICIES:
+            return False
+        return bool(conflict(decision.outcome.numa, self._occupancy(node, decision.topology)))
 
     def _remember(self, task: TaskInfo, node_name: str, decision: _Decision) -> None:
         # Kept in the pod's CycleState: its nodes' decisions serve its scoring and its allocation.
@@ -720,6 +732,7 @@ class NumaAwarePlugin:
                 ((MAX_NODE_SCORE - MAX_NODE_SCORE * numa_counts // highest) * self.weight).astype(np.float64),
                 0.0,
             )
+        self._preferred_penalty_array(task, candidates, parts, scores)
         linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
         if not linked or not scored.any():
             return scores
