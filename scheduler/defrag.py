@@ -60,6 +60,8 @@ CRITICAL_PRIORITY = 2_000_000_000
 MOVABLE_STATUSES = frozenset({TaskStatus.RUNNING, TaskStatus.BOUND})
 _SHAPE_ITEM = re.compile(r"^\s*([0-9][0-9.]*[A-Za-z]*)\s*x\s*([A-Za-z0-9./_-]+)\s*$")
 _PROBE_NAME = "defrag-probe"
+# The memory a block with CPUs and no memory asks for (so the probe is Guaranteed): next to nothing.
+PROBE_MEMORY = "1Mi"
 
 
 class ShapeError(ValueError):
@@ -101,9 +103,13 @@ def parse_shape(text: str) -> Shape:
 
 
 def probe_object(shape: Shape, scheduler_name: str, namespace: str = "default") -> dict[str, Any]:
-    """A pod asking for exactly one block: requests equal limits (Guaranteed when it asks for CPU
-    and memory, so the static CPU manager would pin whole CPUs), one container."""
+    """A pod asking for exactly one block, in one container, requests equal to limits. CPUs in a
+    shape are pinned CPUs: the pod must be Guaranteed for the static CPU manager to pin them (and
+    the topology manager to align them), which takes a memory limit too, so a shape with CPUs and
+    no memory asks for PROBE_MEMORY."""
     amounts = dict(shape.amounts)
+    if "cpu" in amounts and "memory" not in amounts:
+        amounts["memory"] = PROBE_MEMORY
     return {
         "apiVersion": "v1",
         "kind": "Pod",
