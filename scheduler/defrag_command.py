@@ -194,7 +194,7 @@ async def _run_live(
         )
         for shape in shapes
     ]
-    sys.stdout.write(render(plans, args.output))
+    sys.stdout.write(render(plans, args.output, applying=args.apply))
     if not args.apply:
         return EXIT_OK
     sys.stdout.flush()
@@ -350,7 +350,7 @@ async def _apply_live(args: argparse.Namespace, plan: Plan, config: SchedulerCon
     return EXIT_OK
 
 
-def render(plans: Sequence[Plan], output: str) -> str:
+def render(plans: Sequence[Plan], output: str, *, applying: bool = False) -> str:
     document = plan_json(plans)
     if output == "json":
         return json.dumps(document, indent=2) + "\n"
@@ -358,14 +358,14 @@ def render(plans: Sequence[Plan], output: str) -> str:
         import yaml
 
         return str(yaml.safe_dump(document, sort_keys=False, width=120))
-    return "".join(render_table(plan) for plan in plans)
+    return "".join(render_table(plan, applying=applying) for plan in plans)
 
 
 def _stranded(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{count} {resource}" for resource, count in counts.items()) or "-"
 
 
-def render_table(plan: Plan) -> str:
+def render_table(plan: Plan, *, applying: bool = False) -> str:
     from rich.console import Console
     from rich.table import Table
 

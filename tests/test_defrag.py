@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -379,3 +380,12 @@ def test_the_table_names_the_moves(tmp_path: Any, capsys: pytest.CaptureFixture[
 def test_bad_command_lines_are_usage_errors(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(*argv) == EXIT_USAGE
     assert says in capsys.readouterr().err
+
+
+def test_the_documented_dump_is_the_generators_output() -> None:
+    """tests/fixtures/defrag (docs/defrag.md, docs/explain.md) is what the generator writes."""
+    cluster_docs, workload = GEN.fragmented_cluster(1, 6, pending=1)
+    fixtures = Path(__file__).parent / "fixtures" / "defrag"
+    for name, documents in (("cluster.yaml", cluster_docs), ("workload.yaml", workload)):
+        stored = [document for document in yaml.safe_load_all((fixtures / name).read_text()) if document]
+        assert stored == documents, f"regenerate {name}: hack/gen_fragmented_cluster.py --seed 1 --nodes 6"
