@@ -10,10 +10,10 @@ plugin would give it, until the next one no longer fits.
 
 A move evicts a pod from its node; the pod must fit elsewhere (the same checks on a copy of the
 destination, where it is then accounted with the ids it would get). Moves are chosen per target
-node: the search tries the sets of movable pods on the node, smallest first (up to
+node: the search enumerates the sets of movable pods on the node, smallest first (up to
 `max_moves_per_node` pods and `SEARCH_BUDGET` sets per node, like the preemption's victim search),
-and keeps those whose departure frees blocks there and whose pods all find a destination; the
-blocks a destination loses by taking a pod count against the set. Greedy strategies then pick one
+and keeps per set size the one that frees the most blocks there and whose pods all find a
+destination; the blocks a destination loses by taking a pod count against the set. Greedy strategies then pick one
 target's set after another until nothing more is freed or the move budget is spent; every prefix
 of every strategy's sequence is a plan considered, and the plan returned frees the most blocks
 (at most the blocks asked for), with the fewest moves among those (then: fewest moves per block).
@@ -145,6 +145,9 @@ class Step:
     lost: int
     nodes_after: tuple[NodeInfo, ...] = attrs.field(eq=False, repr=False)
     budgets_used: tuple[str, ...] = ()
+    # (name, generation) of the destination nodes as the step found them: the step holds while
+    # they are unchanged.
+    destinations_seen: tuple[tuple[str, int], ...] = ()
 
     @property
     def freed(self) -> int:
@@ -244,6 +247,9 @@ class Planner:
         self.budgets = tuple(budgets)
         self._pod_objects = pod_objects
         self._blocks: dict[tuple[str, int], int] = {}
+        # A target's steps by (its name, its generation, the budgets left): reused while the
+        # destinations they name are unchanged (the strategies and their steps share them).
+        self._steps: dict[tuple[str, int, tuple[tuple[str, int], ...]], list[Step]] = {}
         self._placements = 0
         tasks = [task for node in ssn.nodes.values() for task in node.tasks.values()]
         self.budget_left = disruptions_left(
@@ -259,6 +265,12 @@ class Planner:
     def place(self, task: TaskInfo, node: NodeInfo, uid: str) -> bool:
         self._placements += 1
         return place_copy(self.ssn, task, node, uid)
+
+    def admits(self, task: TaskInfo, node: NodeInfo) -> bool:
+        """The scheduler's checks pass for the task on the node (nothing placed)."""
+        if task.init_resreq.insufficient_after(node.idle, Resource(), node.pipelined):
+            return False
+        return self.ssn.predicate(task, node).passed
 
     def blocks(self, node: NodeInfo) -> int:
         """Free blocks of the shape on the node as it is (memoised per node state)."""
@@ -369,31 +381,63 @@ class Planner:
         lost = 0
         for task in tasks:
             pending = pending_copy(task)
-            best: tuple[tuple[int, float, str], NodeInfo] | None = None
-            for name in sorted(nodes):
-                if name == target:
-                    continue
+            request = _free_of(task.resreq, self.shape)
+            # Best fit first: the node left with the least of the shape's resources free. The first
+            # that admits the pod and loses no block there is the choice; ones that would lose
+            # blocks are kept in case none loses nothing.
+            order = sorted(
+                (_free_of(changed.get(name, node).idle, self.shape) - request, name)
+                for name, node in nodes.items()
+                if name != target
+            )
+            chosen: tuple[tuple[int, float, str], NodeInfo] | None = None
+            for free_after, name in order:
                 current = changed.get(name, nodes[name])
+                if not self.admits(pending, current):
+                    continue
                 trial = current.clone()
                 if not self.place(pending, trial, task.uid):
                     continue
-                cost = self.blocks(current) - self.blocks(trial)
-                rank = (cost, _free_of(trial, self.shape), name)
-                if best is None or rank < best[0]:
-                    best = (rank, trial)
-            if best is None:
+                cost = self.blocks(current) - self.blocks(trial) if self.blocks(current) else 0
+                rank = (cost, free_after, name)
+                if chosen is None or rank < chosen[0]:
+                    chosen = (rank, trial)
+                if cost == 0:
+                    break
+            if chosen is None:
                 return None
-            (cost, _, name), trial = best
+            (cost, _, name), trial = chosen
             changed[name] = trial
             lost += cost
             moves.append(Move(task.key, task.uid, task.node_name, name, _holding(task, self.shape)))
         return moves, changed, lost
 
+    def cached_steps(
+        self, target: NodeInfo, nodes: Mapping[str, NodeInfo], moved: set[str], budget_left: Mapping[str, int]
+    ) -> list[Step]:
+        """steps_for, computed again only when the target, the budgets left or a destination a
+        step relies on changed. (A node that changed elsewhere may now offer a better destination;
+        the steps kept still hold, which is what the plan's promise rests on.)"""
+        key = (target.name, target.generation, tuple(sorted(budget_left.items())))
+        steps = self._steps.get(key)
+        if steps is not None and all(
+            name in nodes and nodes[name].generation == generation
+            for step in steps
+            for name, generation in step.destinations_seen
+        ):
+            return steps
+        steps = self.steps_for(target, nodes, moved, budget_left)
+        self._steps[key] = steps
+        return steps
+
     def steps_for(
         self, target: NodeInfo, nodes: Mapping[str, NodeInfo], moved: set[str], budget_left: Mapping[str, int]
     ) -> list[Step]:
-        """Every set of at most max_moves_per_node movable pods on target (smallest first, within
-        SEARCH_BUDGET sets) whose departure frees blocks there, with a destination for each pod."""
+        """Per set size (1 to max_moves_per_node), the set of movable pods on target whose departure
+        frees the most blocks there and whose pods all find a destination: the sets of a size are
+        tried by blocks freed, most first, until one relocates. Sets are enumerated smallest first
+        within SEARCH_BUDGET; a size that frees no more than a smaller one already does is skipped
+        (more moves, no more blocks)."""
         candidates = self.movable_on(target, moved)[: max(0, self.options.max_moves_per_node) * 2]
         if not candidates:
             return []
@@ -404,11 +448,13 @@ class Planner:
         if self.blocks(emptied) <= before:
             return []
         found: list[Step] = []
+        best_gain = 0
         tried = 0
         for size in range(1, min(len(candidates), self.options.max_moves_per_node) + 1):
-            for subset in itertools.combinations(candidates, size):
+            gains: list[tuple[int, int, tuple[TaskInfo, ...], NodeInfo, list[str]]] = []
+            for order, subset in enumerate(itertools.combinations(candidates, size)):
                 if tried >= SEARCH_BUDGET:
-                    return found
+                    break
                 tried += 1
                 used = [key for task in subset for key in covering(self.budgets, task.namespace, task.labels)]
                 if any(used.count(key) > budget_left.get(key, 0) for key in set(used)):
@@ -417,15 +463,23 @@ class Planner:
                 for task in subset:
                     after.remove_task(task)
                 gained = self.blocks(after) - before
-                if gained <= 0:
-                    continue
+                if gained > best_gain:
+                    gains.append((gained, order, subset, after, used))
+            for gained, _, subset, after, used in sorted(gains, key=lambda entry: (-entry[0], entry[1])):
                 relocated = self._relocate(subset, target.name, nodes)
                 if relocated is None:
                     continue
                 moves, changed, lost = relocated
                 if gained - lost <= 0:
                     continue
-                found.append(Step(target.name, tuple(moves), gained, lost, (after, *changed.values()), tuple(used)))
+                seen = tuple((name, nodes[name].generation) for name in changed)
+                found.append(
+                    Step(target.name, tuple(moves), gained, lost, (after, *changed.values()), tuple(used), seen)
+                )
+                best_gain = max(best_gain, gained)
+                break
+            if tried >= SEARCH_BUDGET:
+                break
         return found
 
 
@@ -436,8 +490,8 @@ def _weight(task: TaskInfo, shape: Shape) -> float:
     return devices * 1e6 + request.milli_cpu
 
 
-def _free_of(node: NodeInfo, shape: Shape) -> float:
-    idle = node.idle
+def _free_of(idle: Resource, shape: Shape) -> float:
+    """The shape's resources in an amount (idle, or a request), in one weighted number (best fit)."""
     total = 0.0
     for resource in shape.resources:
         if resource == "cpu":
@@ -490,7 +544,7 @@ def greedy(planner: Planner, nodes: Mapping[str, NodeInfo], rank: Ranking) -> li
         steps = [
             step
             for name in sorted(state)
-            for step in planner.steps_for(state[name], state, moved, budget_left)
+            for step in planner.cached_steps(state[name], state, moved, budget_left)
             if moves + len(step.moves) <= options.max_moves
         ]
         if not steps:
