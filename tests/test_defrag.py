@@ -14,6 +14,8 @@ import anyio
 import pytest
 import yaml
 from conftest import load_hack_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numasched.api.idset import IdSet
 from numasched.api.topology import TopologyPolicy
@@ -22,7 +24,7 @@ from numasched.cache.eviction import EvictRequest, EvictStatus
 from numasched.cache.sim_evictor import SimEvictor
 from numasched.cache.simcluster import SimCluster
 from numasched.cli import build_parser
-from numasched.cli_exit_codes import EXIT_OK, EXIT_USAGE
+from numasched.cli_exit_codes import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.logconfig import configure_logging
 from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.defrag import DefragOptions, Plan, ShapeError, defrag_in_cache, parse_shape
@@ -32,6 +34,7 @@ from numasched.scheduler.simulate import load_config, simulate
 
 GEN = load_hack_module("gen_fragmented_cluster")
 GPU = "nvidia.com/gpu"
+SHAPE_8 = "8xnvidia.com/gpu"
 # The DGX-1 layout (tests/fixtures/machines/dgx1-v100.yaml): GPUs 0-3 on NUMA 0, 4-7 on NUMA 1;
 # CPUs 0-19,40-59 on NUMA 0 and 20-39,60-79 on NUMA 1. machine_objects reserves 2 CPUs, the first
 # core of socket 0: CPUs 0 and 40.
@@ -389,3 +392,56 @@ def test_the_documented_dump_is_the_generators_output() -> None:
     for name, documents in (("cluster.yaml", cluster_docs), ("workload.yaml", workload)):
         stored = [document for document in yaml.safe_load_all((fixtures / name).read_text()) if document]
         assert stored == documents, f"regenerate {name}: hack/gen_fragmented_cluster.py --seed 1 --nodes 6"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    spec=st.dictionaries(st.sampled_from(["selector", "minAvailable", "maxUnavailable", "junk"]), _JSON, max_size=3),
+    status=_JSON,
+    labels=st.dictionaries(st.sampled_from(["app", "tier"]), st.sampled_from(["x", "a"]), max_size=2),
+)
+def test_any_budget_object_is_read_without_raising(spec: Any, status: Any, labels: dict[str, str]) -> None:
+    budget = budget_from_object({"metadata": {"name": "b", "namespace": "ns"}, "spec": spec, "status": status})
+    allowed = budget.allowed(3, 2)
+    assert allowed >= 0
+    if budget.problem:
+        assert allowed == 0
+    budget.covers("ns", labels)
+
+
+def test_an_unreadable_budget_is_named_and_keeps_its_pods(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster_docs, workload = GEN.fragmented_cluster(1, 6)
+    for document in workload:
+        if document["kind"] == "PodDisruptionBudget":
+            document["spec"] = {"maxUnavailable": "one", "selector": {"matchLabels": {"app": "serving"}}}
+    cluster_file, workload_file = tmp_path / "cluster.yaml", tmp_path / "workload.yaml"
+    cluster_file.write_text(yaml.safe_dump_all(cluster_docs))
+    workload_file.write_text(yaml.safe_dump_all(workload))
+    code = _run(
+        "--shape", SHAPE_8, "--cluster", str(cluster_file), "--workload", str(workload_file), "--output", "json"
+    )
+    captured = capsys.readouterr()
+    assert code == EXIT_OK
+    assert "PodDisruptionBudget default/serving: spec.maxUnavailable 'one' is neither an integer" in captured.err
+    serving = {f"default/{p['metadata']['name']}" for p in workload if p.get("kind") == "Pod"
+               and p["metadata"]["labels"]["app"] == "serving"}  # fmt: skip
+    assert not {move["pod"] for move in json.loads(captured.out)["plans"][0]["moves"]} & serving
+
+
+def test_a_missing_input_file_is_an_input_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("--shape", SHAPE_8, "--cluster", str(tmp_path / "absent.yaml")) == EXIT_INPUT
+    assert "absent.yaml" in capsys.readouterr().err
+
+
+def test_a_cluster_without_the_resource_has_no_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    # The bundled example has no amd.com/gpu at all: nothing to free, nothing to move.
+    assert _run("--shape", "2xamd.com/gpu", "--output", "json") == EXIT_OK
+    plan = json.loads(capsys.readouterr().out)["plans"][0]
+    assert plan["blocksBefore"] == plan["blocksAfter"] == 0 and plan["moves"] == []
