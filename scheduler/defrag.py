@@ -250,7 +250,6 @@ class Planner:
         # A target's steps by (its name, its generation, the budgets left): reused while the
         # destinations they name are unchanged (the strategies and their steps share them).
         self._steps: dict[tuple[str, int, tuple[tuple[str, int], ...]], list[Step]] = {}
-        self._placements = 0
         tasks = [task for node in ssn.nodes.values() for task in node.tasks.values()]
         self.budget_left = disruptions_left(
             self.budgets,
@@ -263,7 +262,6 @@ class Planner:
     # -- placing on node copies -------------------------------------------------------------
 
     def place(self, task: TaskInfo, node: NodeInfo, uid: str) -> bool:
-        self._placements += 1
         return place_copy(self.ssn, task, node, uid)
 
     def admits(self, task: TaskInfo, node: NodeInfo) -> bool:
@@ -337,10 +335,11 @@ class Planner:
             annotations = metadata.get("annotations") or {}
             if isinstance(annotations, Mapping) and "kubernetes.io/config.mirror" in annotations:
                 return "static pod"
+            references = metadata.get("ownerReferences")
             owners = [
                 owner
-                for owner in (metadata.get("ownerReferences") or [])
-                if isinstance(owner, Mapping) and owner.get("controller")
+                for owner in (references if isinstance(references, list) else [])
+                if isinstance(owner, Mapping) and owner.get("controller") is True
             ]
             if not owners:
                 return "no controller (an eviction would delete it)"

@@ -445,3 +445,17 @@ def test_a_cluster_without_the_resource_has_no_plan(capsys: pytest.CaptureFixtur
     assert _run("--shape", "2xamd.com/gpu", "--output", "json") == EXIT_OK
     plan = json.loads(capsys.readouterr().out)["plans"][0]
     assert plan["blocksBefore"] == plan["blocksAfter"] == 0 and plan["moves"] == []
+
+
+@pytest.mark.parametrize("references", [7, {"kind": "ReplicaSet", "controller": True}, ["x"], [{"controller": "yes"}]])
+def test_malformed_owner_references_keep_the_pod(references: Any) -> None:
+    cluster_docs, workload = GEN.fragmented_cluster(1, 6)
+    pods = [document for document in workload if document["kind"] == "Pod"]
+    for pod in pods:
+        pod["metadata"]["ownerReferences"] = references
+    cluster = load([*cluster_docs, *workload])
+    plan = plan_for(cluster, SHAPE_8)
+    assert not plan.moves
+    assert plan.kept["no controller (an eviction would delete it)"] == sum(
+        1 for pod in pods if pod["spec"].get("priorityClassName") != GEN.HIGH_PRIORITY
+    )
