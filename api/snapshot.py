@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from numasched.api.disruption_budget import DisruptionBudget
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
 from numasched.api.resource import Resource
@@ -36,3 +37,5 @@ class ClusterSnapshot:
     jobs: dict[str, JobInfo] = attrs.field(factory=dict)
     queues: dict[str, QueueInfo] = attrs.field(factory=dict)
     priority_classes: dict[str, int] = attrs.field(factory=dict)
+    # PodDisruptionBudgets by namespace/name (the pdb plugin reads them).
+    disruption_budgets: dict[str, DisruptionBudget] = attrs.field(factory=dict)

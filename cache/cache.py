@@ -24,12 +24,14 @@ import attrs
 import structlog
 
 from numasched.api.allocation import PodAllocation, ReportedAllocations
+from numasched.api.disruption_budget import DisruptionBudget
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo, UnknownHolder, pinned_holdings, unknown_part
 from numasched.api.pod_fingerprint import pods_fingerprint
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import QosClass, TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology
+from numasched.cache.convert_pdb import pdb_from_object
 from numasched.cache.convert_pod import (
     ConversionError,
     bound_pod_allocation,
@@ -51,7 +53,16 @@ from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent,
 log = structlog.get_logger("numasched.cache")
 
 ProblemHandler = Callable[[str, str, str], None]
-KINDS = ("Pod", "Node", "PodGroup", "Queue", "PriorityClass", "Numatopology", "NodeResourceTopology")
+KINDS = (
+    "Pod",
+    "Node",
+    "PodGroup",
+    "Queue",
+    "PriorityClass",
+    "Numatopology",
+    "NodeResourceTopology",
+    "PodDisruptionBudget",
+)
 _FINISHED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
 # Every TaskInfo field, in the order its __init__ takes them (all are init, none keyword-only).
 _task_fields = operator.attrgetter(*(field.name for field in attrs.fields(TaskInfo)))
@@ -124,6 +135,7 @@ class Cache:
         self._pod_groups: dict[str, JobInfo] = {}
         self._queues: dict[str, QueueInfo] = {}
         self._priority_classes: dict[str, int] = {}
+        self._disruption_budgets: dict[str, DisruptionBudget] = {}
         self._numatopologies: dict[str, _TopologyRecord] = {}
         self._nrts: dict[str, _TopologyRecord] = {}
         self._assumed: dict[str, _Assumption] = {}
@@ -195,6 +207,7 @@ class Cache:
             "PriorityClass": self._on_priority_class,
             "Numatopology": self._on_numatopology,
             "NodeResourceTopology": self._on_nrt,
+            "PodDisruptionBudget": self._on_pdb,
         }
 
     @staticmethod
@@ -284,6 +297,20 @@ class Cache:
             return
         name, value = priority_class_value(obj)
         self._priority_classes[name] = value
+
+    def _on_pdb(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        if obj is None:
+            self._disruption_budgets.pop(key, None)
+            return
+        budget, problems = pdb_from_object(obj)
+        self._disruption_budgets[key] = budget
+        if problems:
+            # The budget is used, each unreadable field on its safe side: said on it by name.
+            message = "; ".join(problems)
+            self.warnings[("PodDisruptionBudget", budget.key)] = message
+            log.warning("object read with defaults", kind="PodDisruptionBudget", object=budget.key, problem=message)
+            if self._on_problem is not None:
+                self._on_problem("PodDisruptionBudget", budget.key, message)
 
     def _on_numatopology(self, key: str, obj: Mapping[str, Any] | None) -> None:
         self._dirty.add(key)
@@ -489,6 +516,7 @@ class Cache:
         snapshot = ClusterSnapshot(
             queues={name: attrs.evolve(queue) for name, queue in self._queues.items()},
             priority_classes=dict(self._priority_classes),
+            disruption_budgets=dict(self._disruption_budgets),
         )
         if "default" not in snapshot.queues:
             snapshot.queues["default"] = QueueInfo("default")
