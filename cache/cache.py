@@ -28,6 +28,7 @@ from numasched.api.disruption_budget import DisruptionBudget
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo, UnknownHolder, pinned_holdings, unknown_part
 from numasched.api.pod_fingerprint import pods_fingerprint
+from numasched.api.queue_hierarchy import resolve_parents
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import QosClass, TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology
@@ -136,6 +137,8 @@ class Cache:
         self._queues: dict[str, QueueInfo] = {}
         self._priority_classes: dict[str, int] = {}
         self._disruption_budgets: dict[str, DisruptionBudget] = {}
+        # Per Queue, the spec.parent problem last said about it (api/queue_hierarchy.py).
+        self._queue_tree_said: dict[str, str] = {}
         self._numatopologies: dict[str, _TopologyRecord] = {}
         self._nrts: dict[str, _TopologyRecord] = {}
         self._assumed: dict[str, _Assumption] = {}
@@ -280,6 +283,7 @@ class Cache:
     def _on_queue(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
             self._queues.pop(key, None)
+            self._check_queue_tree()
             return
         queue, problems = queue_from_object(obj)
         self._queues[key] = queue
@@ -290,6 +294,31 @@ class Cache:
             log.warning("object read with defaults", kind="Queue", object=queue.name, problem=message)
             if self._on_problem is not None:
                 self._on_problem("Queue", queue.name, message)
+        self._queue_tree_said.pop(queue.name, None)
+        self._check_queue_tree()
+
+    def _check_queue_tree(self) -> None:
+        """A spec.parent naming a missing queue, or parents in a cycle: said on each Queue (beside
+        what its own fields say) when it changes; the queue is used under the root meanwhile."""
+        found: dict[str, list[str]] = {}
+        for problem in resolve_parents(self._queues)[1]:
+            found.setdefault(problem.queue, []).append(problem.message)
+        for name in sorted(set(found) | set(self._queue_tree_said)):
+            message = "; ".join(found.get(name, []))
+            if self._queue_tree_said.get(name, "") == message:
+                continue
+            said = self._queue_tree_said.pop(name, "")
+            own = self.warnings.get(("Queue", name), "").replace(said, "").strip("; ")
+            combined = "; ".join(part for part in (own, message) if part)
+            if combined:
+                self.warnings[("Queue", name)] = combined
+            else:
+                self.warnings.pop(("Queue", name), None)
+            if message:
+                self._queue_tree_said[name] = message
+                log.warning("queue tree problem", kind="Queue", object=name, problem=message)
+                if self._on_problem is not None:
+                    self._on_problem("Queue", name, message)
 
     def _on_priority_class(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:

@@ -12,10 +12,12 @@ from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from numasched.api.snapshot import QueueInfo
+from numasched.api.task import TaskInfo
 from numasched.scheduler.framework.session import Session
 
 POINT_QUEUE_ORDER = "queueOrder"
 POINT_OVERUSED = "overused"
+POINT_PREEMPTIVE = "preemptive"
 
 
 @runtime_checkable
@@ -52,3 +54,20 @@ def sorted_queues(ssn: Session, queues: Iterable[QueueInfo]) -> list[QueueInfo]:
         return (first.name > second.name) - (first.name < second.name)
 
     return sorted(queues, key=functools.cmp_to_key(compare))
+
+
+@runtime_checkable
+class PreemptivePolicy(Protocol):
+    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool: ...
+
+
+def preemptive(ssn: Session, queue: QueueInfo, task: TaskInfo) -> bool:
+    """Volcano's Preemptive point, which reclaim asks before a queue takes a task back from the
+    others: every enabled plugin that implements it must agree (capacity does)."""
+    for tier in ssn.config.tiers:
+        for option in tier.plugins:
+            plugin = ssn.plugins.get(option.name)
+            enabled = option.is_enabled(POINT_PREEMPTIVE) and isinstance(plugin, PreemptivePolicy)
+            if enabled and not plugin.preemptive(queue, task):  # type: ignore[union-attr]
+                return False
+    return True
