@@ -128,6 +128,17 @@ class CapacityPlugin:
         first_at, second_at = deciding_ancestors(tree.ancestors(first), tree.ancestors(second))
         return compare_share(tree.attrs_by_queue[first_path[first_at]], tree.attrs_by_queue[second_path[second_at]])
 
+    def victim_queue_order(self, first: QueueInfo, second: QueueInfo, preemptor: QueueInfo) -> int:
+        """Volcano's victim queue order with hierarchy: the queue sharing the deeper ancestor with
+        the preemptor's queue gives up victims first; no opinion for flat queues."""
+        if self.tree is None:
+            return 0
+        first_level = common_level(self.tree.ancestors(first.name), self.tree.ancestors(preemptor.name))
+        second_level = common_level(self.tree.ancestors(second.name), self.tree.ancestors(preemptor.name))
+        if first_level == second_level:
+            return 0
+        return -1 if first_level > second_level else 1
+
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
         if queue.state != QUEUE_OPEN:
             return False
@@ -226,15 +237,21 @@ def compare_share(first: QueueAttr, second: QueueAttr) -> int:
     return -1 if first_has else 1
 
 
-def deciding_ancestors(first: list[str], second: list[str]) -> tuple[int, int]:
-    """Volcano's getQueueLevel for two leaves, as indexes into each one's path (ancestors, then
-    the queue): the level of the deepest ancestor both share (0 when only the root), and one below
-    it on each side."""
+def common_level(first: list[str], second: list[str]) -> int:
+    """Volcano's getQueueLevel over two ancestor lists (root first): the depth of the deepest
+    ancestor both share (0 when only the root)."""
     level = 0
     for index in range(min(len(first), len(second))):
         if first[index] != second[index]:
             break
         level = index
+    return level
+
+
+def deciding_ancestors(first: list[str], second: list[str]) -> tuple[int, int]:
+    """For two leaves, the indexes into each one's path (ancestors, then the queue) of the queues
+    whose shares decide their order: one below the deepest ancestor they share."""
+    level = common_level(first, second)
     return level + 1, level + 1
 
 

@@ -4,6 +4,8 @@ hand, queue order, and broken parents (cycle, missing) named and still usable.""
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import pytest
 
@@ -123,6 +125,48 @@ def test_case2_within_capability_both_pods_bind() -> None:
     pods = [Pod("p3", "pg3", res(2, 2)), Pod("p4", "pg3", res(2, 2))]
     snap = snapshot(N1, [ROOT_Q, Q3, Q4, Q31, Q32], [Group("pg3", "q31", 2, "Inqueue")], pods)
     assert bound(run(snap)) == {"p3": "n1", "p4": "n1"}
+
+
+def test_case3_reclaim_from_other_queues_when_allocated_below_deserved() -> None:
+    """q32 (deserved 2) holds nothing and wants 2 CPUs on a full node; q31 holds 4 (deserved 2,
+    one pod not preemptable) and q4 holds 4 (deserved 2). Volcano reclaims the preemptable pod of
+    q31, the sibling: one victim either way, and its victim queue order takes from the queue
+    nearest in the tree first (test_victims_of_the_nearest_queue_come_first)."""
+    groups = [
+        Group("pg4", "q4", 1, "Running"),
+        Group("pg5", "q31", 1, "Running"),
+        Group("pg6", "q32", 1, "Inqueue"),
+    ]
+    pods = [
+        Pod("p5", "pg4", res(4, 4), node="n1"),
+        Pod("p6", "pg5", res(2, 2), node="n1", preemptable=False),
+        Pod("p7", "pg5", res(2, 2), node="n1"),
+        Pod("p8", "pg6", res(2, 2)),
+    ]
+    snap = snapshot(N1, [ROOT_Q, Q3, Q31, Q32, Q4], groups, pods)
+    result = run(snap)
+    assert [e.task.name for e in result.evictions] == ["p7"]
+    assert snap.jobs["pg6"].tasks["p8"].status is TaskStatus.PIPELINED
+
+
+def test_victims_of_the_nearest_queue_come_first() -> None:
+    from numasched.scheduler.actions.preempt import victim_order
+
+    # Without a preemptor's queue to weigh, p7 comes before p5 (task order reversed); p5's queue
+    # q31 is the reclaimer's sibling, p7's (q4) only a cousin under root, so p5 goes first.
+    groups = [Group("pg4", "q31", 1, "Running"), Group("pg5", "q4", 1, "Running"), Group("pg6", "q32", 1, "Inqueue")]
+    pods = [Pod("p5", "pg4", res(2, 2), node="n1"), Pod("p7", "pg5", res(2, 2), node="n1"), Pod("p8", "pg6", res(2, 2))]
+    for names in (["p5", "p7"], ["p7", "p5"]):
+        snap = snapshot(N1, [ROOT_Q, Q3, Q31, Q32, Q4], groups, pods)
+        ssn = Session(snap, hierarchy_config(()), default_registry())
+        ssn.open()
+        tasks = [t for job in snap.jobs.values() for t in job.tasks.values() if t.name in names]
+        tasks.sort(key=lambda t: names.index(t.name))
+        preemptor = snap.jobs["pg6"].tasks["p8"]
+        unweighed = sorted(tasks, key=functools.cmp_to_key(victim_order(ssn)))
+        assert [t.name for t in unweighed] == ["p7", "p5"]
+        ordered = sorted(tasks, key=functools.cmp_to_key(victim_order(ssn, preemptor)))
+        assert [t.name for t in ordered] == ["p5", "p7"]
 
 
 def test_case4_an_ancestors_real_capability_bounds_a_leaf() -> None:

@@ -90,14 +90,23 @@ def job_starving(ssn: Session, job: JobInfo) -> bool:
     return occupied < len(job.tasks)
 
 
-def victim_order(ssn: Session) -> Callable[[TaskInfo, TaskInfo], int]:
-    """Volcano's victim queue: the lowest job first (job order reversed), then within a job the
-    lowest task first (task order reversed)."""
+def victim_order(ssn: Session, preemptor: TaskInfo | None = None) -> Callable[[TaskInfo, TaskInfo], int]:
+    """Volcano's victim queue (BuildVictimsPriorityQueue): tasks of jobs in different queues by
+    the victim queue order for the preemptor's queue (queue_points.victim_queue_order); then the
+    lowest job first (job order reversed), then within a job the lowest task first (task order
+    reversed)."""
+    preemptor_job = ssn.jobs.get(preemptor.job_id) if preemptor is not None else None
 
     def compare(first: TaskInfo, second: TaskInfo) -> int:
         if first.job_id != second.job_id:
             first_job, second_job = ssn.jobs.get(first.job_id), ssn.jobs.get(second.job_id)
             if first_job is not None and second_job is not None:
+                if preemptor_job is not None and first_job.queue != second_job.queue:
+                    verdict = queue_points.victim_queue_order(
+                        ssn, ssn.queue_of(first_job), ssn.queue_of(second_job), ssn.queue_of(preemptor_job)
+                    )
+                    if verdict != 0:
+                        return verdict
                 verdict = -ssn.job_order(first_job, second_job)
                 if verdict != 0:
                     return verdict
@@ -235,7 +244,7 @@ def choose_victims(
     for node in nodes:
         if could_fit(preemptor, node, ()) and VictimSearch(ssn, preemptor, node).fits(()):
             return Choice(node, ())
-    order = functools.cmp_to_key(victim_order(ssn))
+    order = functools.cmp_to_key(victim_order(ssn, preemptor))
     best: Choice | None = None
     for node in nodes:
         candidates = [task for task in node.tasks.values() if candidate(task)]

@@ -71,3 +71,27 @@ def preemptive(ssn: Session, queue: QueueInfo, task: TaskInfo) -> bool:
             if enabled and not plugin.preemptive(queue, task):  # type: ignore[union-attr]
                 return False
     return True
+
+
+@runtime_checkable
+class VictimQueuePolicy(Protocol):
+    def victim_queue_order(self, first: QueueInfo, second: QueueInfo, preemptor: QueueInfo) -> int: ...
+
+
+def victim_queue_order(ssn: Session, first: QueueInfo, second: QueueInfo, preemptor: QueueInfo) -> int:
+    """Volcano's VictimQueueOrderFn: which of two queues gives up a victim first for a preemptor
+    of the third; the first plugin with an opinion decides (capacity with hierarchy: the queue
+    nearer the preemptor's in the tree), else the queue order reversed (the queue served last
+    gives first); 0 when nothing orders them."""
+    for tier in ssn.config.tiers:
+        for option in tier.plugins:
+            plugin = ssn.plugins.get(option.name)
+            if isinstance(plugin, VictimQueuePolicy):
+                verdict = plugin.victim_queue_order(first, second, preemptor)
+                if verdict != 0:
+                    return verdict
+    for policy in _policies(ssn, POINT_QUEUE_ORDER):
+        verdict = policy.queue_order(first, second)
+        if verdict != 0:
+            return -verdict
+    return 0
