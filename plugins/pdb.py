@@ -93,10 +93,14 @@ class PdbPlugin:
 
     def on_session_open(self, ssn: Session) -> None:
         budgets = sorted(ssn.snapshot.disruption_budgets.values(), key=lambda budget: budget.key)
-        placed = [task for node in ssn.nodes.values() for task in node.tasks.values()]
+        # Placed pods by namespace: a budget only ever selects pods of its own namespace.
+        placed: dict[str, list[TaskInfo]] = {}
+        for node in ssn.nodes.values():
+            for task in node.tasks.values():
+                placed.setdefault(task.namespace, []).append(task)
         self.covered = []
         for budget in budgets:
-            pods = [task for task in placed if budget.matches(task.namespace, task.labels)]
+            pods = [task for task in placed.get(budget.namespace, ()) if budget.matches(task.namespace, task.labels)]
             releasing = frozenset(task.uid for task in pods if task.status is TaskStatus.RELEASING)
             self.covered.append(_Covered(budget, pods, releasing))
         ssn.add_preemptable_fn(self.name, self.filter_victims)
