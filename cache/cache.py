@@ -294,7 +294,12 @@ class Cache:
             log.warning("object read with defaults", kind="Queue", object=queue.name, problem=message)
             if self._on_problem is not None:
                 self._on_problem("Queue", queue.name, message)
-        self._queue_tree_said.pop(queue.name, None)
+        # This event reset the queue's warnings to its own fields': what its place in the tree
+        # says is added back (it is not said again unless it changes).
+        said = self._queue_tree_said.get(queue.name)
+        if said:
+            own = self.warnings.get(("Queue", queue.name))
+            self.warnings[("Queue", queue.name)] = f"{own}; {said}" if own else said
         self._check_queue_tree()
 
     def _check_queue_tree(self) -> None:

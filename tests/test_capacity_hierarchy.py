@@ -346,6 +346,17 @@ def test_a_queue_with_a_broken_parent_still_schedules_and_is_told() -> None:
     told = {(kind, name) for kind, name, message in seen if "cycle" in message}
     assert told == {("Queue", "a"), ("Queue", "b")}
     assert "spec.parent" in cluster.cache.warnings[("Queue", "a")]
+    # The same queue again (a re-list): still in the warnings, not said again.
+    said = len(seen)
+    cluster.add(
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "a"},
+            "spec": {"parent": "b"},
+        }
+    )
+    assert len(seen) == said and "cycle" in cluster.cache.warnings[("Queue", "a")]
     # Fixed: the warning goes.
     cluster.add({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "b"}, "spec": {}})
     assert ("Queue", "a") not in cluster.cache.warnings and ("Queue", "b") not in cluster.cache.warnings
