@@ -27,6 +27,10 @@ class QueueInfo:
     priority: int = 0
     # spec.reclaimable: None (absent) and True both let other queues reclaim from this one.
     reclaimable: bool = True
+    # Hierarchical DRF: the annotations volcano.sh/hierarchy ("root/eng/dev") and
+    # volcano.sh/hierarchy-weights ("1/2/8"), "" when absent.
+    hierarchy: str = ""
+    hierarchy_weights: str = ""
     # status.allocated as last written (None: never written), so only a change is written again.
     status_allocated: Resource | None = None
 
