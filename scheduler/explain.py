@@ -286,7 +286,7 @@ def what_if(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[tuple[str, ..
         return None, "no pod on the node to make room"
     if not could_fit(task, node, candidates):
         return None, "the node is too small even with every pod gone"
-    ordered = sorted(candidates, key=functools.cmp_to_key(victim_order(ssn)))
+    ordered = sorted(candidates, key=functools.cmp_to_key(victim_order(ssn, task)))
     units = units_for(ssn, ordered, gang=False, vote=lambda _evictor, tasks: list(tasks), evictor=task)
     found = VictimSearch(ssn, task, node).smallest(units)
     if found is None:
