@@ -1,8 +1,10 @@
 """allocate: place the pending tasks that ask for resources, job by job, gang-aware (Volcano).
 
-Queues in name order, their jobs in job order, each job's pending tasks in task order. A task
-goes to the best node that passes the resource check and the predicates; the job's placements
-are bound together once the job is ready, kept when it is pipelined, rolled back otherwise.
+Queues as Volcano takes them (each turn, the first queue by queue order that is not overused
+gives its next job in job order; queues in name order when no plugin orders them), each job's
+pending tasks in task order. A task goes to the best node that passes the resource check and the
+predicates; the job's placements are bound together once the job is ready, kept when it is
+pipelined, rolled back otherwise.
 
 On a big cluster a task does not need every feasible node to get a good one: as Volcano and
 kube-scheduler do, the predicate scan stops once enough nodes have passed, and the next task's scan
@@ -25,6 +27,7 @@ from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
+from numasched.scheduler.actions import queue_points
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
 from numasched.scheduler.framework.equivalence import (
     Candidates,
@@ -405,27 +408,37 @@ class AllocateAction:
         by_queue: dict[str, list[JobInfo]] = {}
         for job in ssn.jobs.values():
             by_queue.setdefault(job.queue, []).append(job)
-        for queue_name in sorted(by_queue):
-            queue = ssn.queues.get(queue_name) or QueueInfo(queue_name)
-            for job in ssn.sorted_jobs(by_queue[queue_name]):
-                if ssn.should_stop():
-                    # Shutting down or no longer leading: decide nothing more; what was decided
-                    # for the jobs before this one stands.
-                    _log.info("allocate stopped before deciding every job", job=job.key)
-                    return
-                if not any(not task.best_effort for task in job.pending_tasks()):
-                    continue
-                if queue.state != QUEUE_OPEN:
-                    _mark_pending(job, f"queue {queue.name} is {queue.state}")
-                    continue
-                if is_pending(job):
-                    _mark_pending(job, f"pod group {job.key} is not admitted yet (phase Pending)")
-                    continue
-                verdict = ssn.job_valid(job)
-                if verdict is not None:
-                    _mark_pending(job, verdict.message or verdict.reason)
-                    continue
-                self._allocate_job(ssn, queue, job, nodes, nodes_to_find)
+        # Volcano's order: each turn the first queue by queue order (sorted again, as shares
+        # change with every job placed) that is not overused gives its next job in job order.
+        waiting = {name: ssn.sorted_jobs(jobs) for name, jobs in sorted(by_queue.items())}
+        queues = {name: ssn.queues.get(name) or QueueInfo(name) for name in waiting}
+        while waiting:
+            queue = queue_points.sorted_queues(ssn, [queues[name] for name in waiting])[0]
+            if queue_points.overused(ssn, queue):
+                for job in waiting.pop(queue.name):
+                    _mark_pending(job, f"queue {queue.name} is overused: it holds more than it deserves")
+                continue
+            job = waiting[queue.name].pop(0)
+            if not waiting[queue.name]:
+                del waiting[queue.name]
+            if ssn.should_stop():
+                # Shutting down or no longer leading: decide nothing more; what was decided
+                # for the jobs before this one stands.
+                _log.info("allocate stopped before deciding every job", job=job.key)
+                return
+            if not any(not task.best_effort for task in job.pending_tasks()):
+                continue
+            if queue.state != QUEUE_OPEN:
+                _mark_pending(job, f"queue {queue.name} is {queue.state}")
+                continue
+            if is_pending(job):
+                _mark_pending(job, f"pod group {job.key} is not admitted yet (phase Pending)")
+                continue
+            verdict = ssn.job_valid(job)
+            if verdict is not None:
+                _mark_pending(job, verdict.message or verdict.reason)
+                continue
+            self._allocate_job(ssn, queue, job, nodes, nodes_to_find)
 
     def _allocate_job(
         self, ssn: Session, queue: QueueInfo, job: JobInfo, nodes: list[NodeInfo], nodes_to_find: int
