@@ -16,6 +16,7 @@ checked against every node, so its "0/N nodes are available" message counts them
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -407,18 +408,24 @@ class AllocateAction:
         nodes_to_find = self.sampling(ssn).nodes_to_find(len(nodes))
         by_queue: dict[str, list[JobInfo]] = {}
         for job in ssn.jobs.values():
-            by_queue.setdefault(job.queue, []).append(job)
+            if any(not task.best_effort for task in job.pending_tasks()):
+                by_queue.setdefault(job.queue, []).append(job)
         # Volcano's order: each turn the first queue by queue order (sorted again, as shares
         # change with every job placed) that is not overused gives its next job in job order.
-        waiting = {name: ssn.sorted_jobs(jobs) for name, jobs in sorted(by_queue.items())}
+        waiting = {name: deque(ssn.sorted_jobs(jobs)) for name, jobs in sorted(by_queue.items())}
         queues = {name: ssn.queues.get(name) or QueueInfo(name) for name in waiting}
+        ordering = queue_points.policies(ssn, queue_points.POINT_QUEUE_ORDER)
+        judging = queue_points.policies(ssn, queue_points.POINT_OVERUSED)
         while waiting:
-            queue = queue_points.sorted_queues(ssn, [queues[name] for name in waiting])[0]
-            if queue_points.overused(ssn, queue):
+            if len(waiting) == 1:
+                queue = queues[next(iter(waiting))]
+            else:
+                queue = queue_points.sorted_queues(ssn, [queues[name] for name in waiting], ordering)[0]
+            if queue_points.overused(ssn, queue, judging):
                 for job in waiting.pop(queue.name):
                     _mark_pending(job, f"queue {queue.name} is overused: it holds more than it deserves")
                 continue
-            job = waiting[queue.name].pop(0)
+            job = waiting[queue.name].popleft()
             if not waiting[queue.name]:
                 del waiting[queue.name]
             if ssn.should_stop():
@@ -426,8 +433,6 @@ class AllocateAction:
                 # for the jobs before this one stands.
                 _log.info("allocate stopped before deciding every job", job=job.key)
                 return
-            if not any(not task.best_effort for task in job.pending_tasks()):
-                continue
             if queue.state != QUEUE_OPEN:
                 _mark_pending(job, f"queue {queue.name} is {queue.state}")
                 continue

@@ -27,6 +27,12 @@ class QueuePolicy(Protocol):
     def queue_order(self, first: QueueInfo, second: QueueInfo) -> int: ...
 
 
+def policies(ssn: Session, point: str) -> list[QueuePolicy]:
+    """The plugins answering a queue point, in tier order (ask once per action: the check is a
+    runtime protocol check, slow in a loop)."""
+    return _policies(ssn, point)
+
+
 def _policies(ssn: Session, point: str) -> list[QueuePolicy]:
     found: list[QueuePolicy] = []
     for tier in ssn.config.tiers:
@@ -37,17 +43,21 @@ def _policies(ssn: Session, point: str) -> list[QueuePolicy]:
     return found
 
 
-def overused(ssn: Session, queue: QueueInfo) -> bool:
+def overused(ssn: Session, queue: QueueInfo, answering: list[QueuePolicy] | None = None) -> bool:
     """True when any enabled plugin says the queue holds at least what it deserves."""
-    return any(policy.overused(queue) for policy in _policies(ssn, POINT_OVERUSED))
+    if answering is None:
+        answering = _policies(ssn, POINT_OVERUSED)
+    return any(policy.overused(queue) for policy in answering)
 
 
-def sorted_queues(ssn: Session, queues: Iterable[QueueInfo]) -> list[QueueInfo]:
+def sorted_queues(
+    ssn: Session, queues: Iterable[QueueInfo], answering: list[QueuePolicy] | None = None
+) -> list[QueueInfo]:
     """The first plugin with an opinion decides; then the queue name."""
-    policies = _policies(ssn, POINT_QUEUE_ORDER)
+    ordering = _policies(ssn, POINT_QUEUE_ORDER) if answering is None else answering
 
     def compare(first: QueueInfo, second: QueueInfo) -> int:
-        for policy in policies:
+        for policy in ordering:
             verdict = policy.queue_order(first, second)
             if verdict != 0:
                 return verdict
