@@ -21,8 +21,9 @@ from numasched.cache.claim_status import ClaimWriteError, release_claims, reserv
 from numasched.cache.dra_store import generated_claim_name, pod_claim_refs
 from numasched.cache.events import EventType, ObjectEvent, object_key, object_name
 
-# Kinds the simulator understands beyond those the cache converts.
-_CONFIG_KINDS = frozenset({"ConfigMap"})
+# Kinds the simulator understands beyond those the cache converts (PodDisruptionBudgets are kept
+# for `numasched defrag`, which reads them from the dump).
+_CONFIG_KINDS = frozenset({"ConfigMap", "PodDisruptionBudget"})
 
 
 @attrs.frozen(slots=True)
