@@ -66,6 +66,7 @@ from numasched.plugins.numaaware.providers.device import (
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.plugins.numaaware.restriction import NumaRestriction, place_within, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
@@ -413,7 +414,11 @@ class NumaAwarePlugin:
         if isinstance(policy, Status):
             return policy
         assert node.topology is not None
-        placement = place_pod(task, node.topology, free_resources(node), self.providers, policy)
+        restriction = self._restriction(task, node)
+        if restriction is not None:
+            placement = self._place_restricted(task, node.topology, free_resources(node), policy, restriction)
+        else:
+            placement = place_pod(task, node.topology, free_resources(node), self.providers, policy)
         if not placement.admitted:
             return Status.unschedulable(placement.reason, PLUGIN_NAME)
         return placement
@@ -428,6 +433,9 @@ class NumaAwarePlugin:
             return policy
         topology = node.topology
         assert topology is not None
+        restriction = self._restriction(task, node)
+        if restriction is not None:
+            return self._admit_restricted(task, node, topology, policy, restriction)
         state = self._node_state(node, topology)
         pod = self._pod(task)
         shape = pod.shape_ids.get(policy)
@@ -443,6 +451,60 @@ class NumaAwarePlugin:
             outcome, state.free, topology, policy, (state.class_id, shape), node.generation, outcome.numa.count()
         )
         return outcome
+
+    # -- NUMA restrictions (restriction.py): another plugin (numa-affinity-group) holds the pod to
+    # some NUMA nodes; it is then placed in full on what is free there, its decision its own.
+
+    def _restriction(self, task: TaskInfo, node: NodeInfo) -> NumaRestriction | None:
+        state = self._cycle_state(task)
+        restrict = state.get(_RESTRICTION_KEY, _UNASKED_RESTRICTION)
+        if restrict is _UNASKED_RESTRICTION:
+            restrict = restriction_of(self._session, task)
+            state.write(_RESTRICTION_KEY, restrict)
+        return None if restrict is None else restrict(node)
+
+    def _place_restricted(
+        self,
+        task: TaskInfo,
+        topology: NumaTopology,
+        free: FreeResources,
+        policy: TopologyPolicy,
+        restriction: NumaRestriction,
+    ) -> Placement:
+        node_policy = topology.policies.topology_manager_policy
+
+        def place(pod: TaskInfo, pool: FreeResources) -> Placement:
+            pod_policy_on_node = policy
+            if pod is not task:
+                try:
+                    pod_policy_on_node = stricter(node_policy, pod_policy(pod))
+                except PolicyError as error:
+                    return Placement(False, f"pod {pod.key}: annotation {POLICY_ANNOTATION}: {error}")
+            return place_pod(pod, topology, pool, self.providers, pod_policy_on_node)
+
+        return place_within(task, restriction, topology, free, place)
+
+    def _admit_restricted(
+        self,
+        task: TaskInfo,
+        node: NodeInfo,
+        topology: NumaTopology,
+        policy: TopologyPolicy,
+        restriction: NumaRestriction,
+    ) -> Placement | Status:
+        free = self._node_state(node, topology).free
+        placement = self._place_restricted(task, topology, free, policy, restriction)
+        if not placement.admitted:
+            return Status.unschedulable(placement.reason, PLUGIN_NAME)
+        # An id of its own, so nothing computed for it (the link quality) serves another decision.
+        companions = tuple(companion.uid for companion in restriction.companions)
+        own = self.tables.shape_id(
+            ("restricted", task.uid, node.name, node.generation, restriction.allowed.bits, companions)
+        )
+        self._pod(task).decided[node.name] = _Decision(
+            placement, free, topology, policy, (0, own), node.generation, placement.numa.count()
+        )
+        return placement
 
     def _node_state(self, node: NodeInfo, topology: NumaTopology) -> _NodeState:
         """Admission depends only on the node's topology content and what is pinned there
@@ -816,6 +878,9 @@ class _ScorePart:
 # CycleState keys of this plugin.
 _POD_KEY = "numa-aware/pod"
 _NEEDS_KEY = "numa-aware/pinned-needs"
+# The pod's NUMA restriction per node (restriction.py), asked once per pod.
+_RESTRICTION_KEY = "numa-aware/restriction"
+_UNASKED_RESTRICTION = object()
 
 
 @attrs.frozen(slots=True)
