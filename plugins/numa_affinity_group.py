@@ -8,8 +8,9 @@ decisions (PodAllocation NUMA nodes), so the group holds within one cycle and ac
 
 required: once a peer is placed, the pod may only go to the node holding most of its peers (the
 anchor; ties go to the smallest name), and its pinned CPUs, devices and memory only to the NUMA
-nodes the peers hold there; where that does not fit it waits, with a reason naming the group,
-the anchor and its NUMA nodes, and what did not fit. It never splits from the group.
+nodes the peers hold there, touching at least one NUMA node that every pinned peer holds (so any
+two pods of the group share a NUMA node); where that does not fit it waits, with a reason naming
+the group, the anchor and its NUMA nodes, and what did not fit. It never splits from the group.
 preferred: nodes holding peers score higher (weight x 100 x the share of the peers there), and on
 such a node the pod is placed inside its peers' NUMA nodes when it fits there, anywhere else on
 the node when it does not.
@@ -126,21 +127,32 @@ class NodePeers:
     """The group's placed pods on one node and the NUMA nodes their pinned resources hold."""
 
     count: int
+    # Every NUMA node one of them pins something on.
     numa: NumaMask
+    # The NUMA nodes all of those that pin something hold (empty when none pins, or they share none).
+    core: NumaMask
 
 
 def peers_by_node(members: Mapping[str, TaskInfo]) -> dict[str, NodePeers]:
     """Where the group's placed pods are, per node name."""
     counts: dict[str, int] = {}
     masks: dict[str, NumaMask] = {}
+    cores: dict[str, NumaMask] = {}
     for task in members.values():
         if task.status not in _PLACED or not task.node_name:
             continue
         node_name = task.node_name
         counts[node_name] = counts.get(node_name, 0) + 1
         numa = task.allocation.numa() if task.allocation is not None else NumaMask()
+        if numa.is_empty():
+            continue
         masks[node_name] = masks.get(node_name, NumaMask()) | numa
-    return {node_name: NodePeers(count, masks[node_name]) for node_name, count in counts.items()}
+        core = cores.get(node_name)
+        cores[node_name] = numa if core is None else core & numa
+    return {
+        node_name: NodePeers(count, masks.get(node_name, NumaMask()), cores.get(node_name, NumaMask()))
+        for node_name, count in counts.items()
+    }
 
 
 def anchor_of(peers: Mapping[str, NodePeers]) -> str:
@@ -369,7 +381,8 @@ def restriction_on(view: _View, node_name: str) -> NumaRestriction | None:
     allowed = here.numa if here is not None else NumaMask()
     if allowed.is_empty() and not view.companions:
         return None
-    return NumaRestriction(allowed, required, view.companions, membership.label)
+    core = here.core if here is not None else NumaMask()
+    return NumaRestriction(allowed, required, view.companions, membership.label, core)
 
 
 def build(arguments: Arguments) -> NumaAffinityGroupPlugin:

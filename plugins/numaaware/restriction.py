@@ -54,6 +54,9 @@ class NumaRestriction:
     required: bool
     companions: tuple[TaskInfo, ...] = ()
     label: str = ""
+    # NUMA nodes every pinned pod of the group there holds (empty: none in common, or none yet);
+    # a pod placed must hold one of them too, so every two pods of the group share a NUMA node.
+    core: NumaMask = attrs.field(factory=NumaMask)
 
 
 # What a restricting plugin answers per pod: per node, its restriction there (None: none).
@@ -151,31 +154,73 @@ def place_within(
     place: PlaceFn,
 ) -> Placement:
     """The pod's placement held to the restriction (module doc): on the narrowest candidate set
-    where it and its companions all fit; if none, a refusal (required) or the unrestricted
-    placement (preferred)."""
+    where it and its companions all fit, each sharing a NUMA node with the group's core; if none,
+    a refusal (required) or the unrestricted placement (preferred)."""
     grow = bool(restriction.companions) or restriction.allowed.is_empty()
     first_refusal = ""
     for mask in candidate_masks(sorted(topology.numa_ids), restriction.allowed, grow):
-        pool = free_within(free, topology, mask)
-        placement = place(task, pool)
+        placement = _place_member(task, free, mask, restriction.core, topology, place)
         if not placement.admitted:
             first_refusal = first_refusal or placement.reason
             continue
-        if _companions_fit(restriction.companions, free_after(pool, placement.allocation), place):
+        core = _narrowed(restriction.core, placement.numa)
+        refusal = _companions_refusal(
+            restriction.companions, free_after(free, placement.allocation), mask, core, topology, place
+        )
+        if not refusal:
             return placement
-        first_refusal = first_refusal or "its companions do not fit beside it"
+        first_refusal = first_refusal or refusal
     if not restriction.required:
         return place(task, free)
     return Placement(False, refusal_reason(restriction, first_refusal))
 
 
-def _companions_fit(companions: Sequence[TaskInfo], pool: FreeResources, place: PlaceFn) -> bool:
+def _narrowed(core: NumaMask, numa: NumaMask) -> NumaMask:
+    """The group's common NUMA nodes once a pod holding `numa` joins (a pod pinning nothing
+    changes nothing)."""
+    if numa.is_empty():
+        return core
+    return numa if core.is_empty() else core & numa
+
+
+def _place_member(
+    task: TaskInfo, free: FreeResources, within: NumaMask, core: NumaMask, topology: NumaTopology, place: PlaceFn
+) -> Placement:
+    """The pod inside `within`, holding a NUMA node of the core: on the core alone when it fits
+    there (a single-NUMA pod must), else anywhere inside `within` that touches the core."""
+    if not core.is_empty():
+        placement = place(task, free_within(free, topology, core & within))
+        if placement.admitted:
+            return placement
+    placement = place(task, free_within(free, topology, within))
+    if (
+        placement.admitted
+        and not core.is_empty()
+        and not placement.numa.is_empty()
+        and (placement.numa & core).is_empty()
+    ):
+        return Placement(
+            False, f"it would share no NUMA node with its group's pods (all of them hold NUMA node(s) {core.format()})"
+        )
+    return placement
+
+
+def _companions_refusal(
+    companions: Sequence[TaskInfo],
+    free: FreeResources,
+    within: NumaMask,
+    core: NumaMask,
+    topology: NumaTopology,
+    place: PlaceFn,
+) -> str:
+    """Why the companions cannot follow, one after another ("" when they can)."""
     for companion in companions:
-        placement = place(companion, pool)
+        placement = _place_member(companion, free, within, core, topology, place)
         if not placement.admitted:
-            return False
-        pool = free_after(pool, placement.allocation)
-    return True
+            return f"{companion.key} would not fit beside it: {placement.reason}"
+        core = _narrowed(core, placement.numa)
+        free = free_after(free, placement.allocation)
+    return ""
 
 
 def refusal_reason(restriction: NumaRestriction, detail: str) -> str:

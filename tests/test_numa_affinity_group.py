@@ -1,0 +1,376 @@
+"""numa-affinity-group: pods of a group share a node and a NUMA node, or wait (required); prefer
+their peers' node and NUMA nodes (preferred); gangs placed as a unit; within one cycle and across
+cycles. Judged by reading the bound pods' decisions (their allocation annotations) and, for the
+NUMA nodes their ids sit on, by the machine description, never by asking the plugin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import load_machine
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from numasched.api.allocation import ALLOCATION_ANNOTATION, ContainerAllocation, PodAllocation, allocation_from_json
+from numasched.api.allocation import allocation_to_json
+from numasched.api.numamask import NumaMask
+from numasched.api.task import TaskInfo
+from numasched.cache.cache import Cache
+from numasched.cache.machine_shapes import machine_objects
+from numasched.cache.simcluster import SimCluster
+from numasched.conf.model import PluginOption, SchedulerConfig, Tier
+from numasched.plugins.numa_affinity_group import (
+    GROUP_ANNOTATION,
+    MODE_ANNOTATION,
+    AffinityMode,
+    GroupAnnotationError,
+    NumaAffinityGroupPlugin,
+    read_membership,
+)
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.plugin import DeclaresEquivalence
+from numasched.scheduler.loop import schedule_cycle
+
+pytestmark = pytest.mark.anyio
+GPU = "nvidia.com/gpu"
+MACHINE = "pcie-8gpu-2numa"
+# The machine description, read independently of the scheduler: GPU id -> NUMA node, CPU -> NUMA node.
+_MACHINE = load_machine(MACHINE)
+
+
+def _gpu_numa() -> dict[str, int]:
+    devices = _MACHINE["devices"][GPU]
+    return {str(device["id"]): int(device["numa"]) for device in devices}
+
+
+def _cpu_numa() -> dict[int, int]:
+    result: dict[int, int] = {}
+    for numa in _MACHINE["numa_nodes"]:
+        for part in str(numa["cpus"]).split(","):
+            low, _, high = part.partition("-")
+            for cpu in range(int(low), int(high or low) + 1):
+                result[cpu] = int(numa["id"])
+    return result
+
+
+GPU_NUMA = _gpu_numa()
+CPU_NUMA = _cpu_numa()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def config(*, mode_plugin: bool = True) -> SchedulerConfig:
+    plugins = [PluginOption("predicates"), PluginOption("numa-aware")]
+    if mode_plugin:
+        plugins.append(PluginOption("numa-affinity-group"))
+    return SchedulerConfig(
+        actions=("enqueue", "allocate"),
+        tiers=(Tier((PluginOption("priority"), PluginOption("gang"))), Tier(tuple(plugins))),
+    )
+
+
+def pod(
+    name: str,
+    *,
+    gpus: int = 0,
+    cpus: int = 1,
+    group: str | None = "g1",
+    mode: str | None = None,
+    pod_group: str | None = None,
+    on: tuple[str, tuple[str, ...]] | None = None,
+    created: int = 0,
+) -> dict[str, Any]:
+    """A Guaranteed pod (whole CPUs, so the static CPU manager pins them) in namespace team."""
+    requests: dict[str, str] = {"cpu": str(cpus), "memory": "1Gi"}
+    if gpus:
+        requests[GPU] = str(gpus)
+    annotations: dict[str, str] = {}
+    if group is not None:
+        annotations[GROUP_ANNOTATION] = group
+    if mode is not None:
+        annotations[MODE_ANNOTATION] = mode
+    if pod_group is not None:
+        annotations["scheduling.k8s.io/group-name"] = pod_group
+    result: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "annotations": annotations,
+            "creationTimestamp": f"2026-01-01T00:00:{created:02d}Z",
+        },
+        "spec": {
+            "schedulerName": "numasched",
+            "containers": [{"name": "main", "resources": {"requests": requests, "limits": requests}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    if on is not None:
+        node_name, gpu_ids = on
+        numa = NumaMask.from_ids({GPU_NUMA[gpu] for gpu in gpu_ids})
+        allocation = PodAllocation((ContainerAllocation("main", numa=numa, devices={GPU: gpu_ids}),))
+        result["spec"]["nodeName"] = node_name
+        result["status"]["phase"] = "Running"
+        annotations[ALLOCATION_ANNOTATION] = allocation_to_json(allocation)
+    return result
+
+
+def pod_group(name: str, min_member: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"minMember": min_member, "queue": "default"},
+    }
+
+
+def cluster_of(*names: str) -> SimCluster:
+    cluster = SimCluster(Cache())
+    for name in names:
+        node, topology = machine_objects(_MACHINE, name)
+        cluster.add(node)
+        cluster.add(topology)
+    return cluster
+
+
+async def run_cycles(cluster: SimCluster, cfg: SchedulerConfig, cycles: int = 2) -> None:
+    registry = default_registry()
+    for _ in range(cycles):
+        await schedule_cycle(cluster.cache, cfg, registry, cluster, cluster)
+
+
+def placed(cluster: SimCluster, name: str) -> tuple[str, frozenset[int]] | None:
+    """(node, NUMA nodes its pinned CPUs and GPUs sit on, per the machine description) of a bound
+    pod; None when it is not bound."""
+    found = cluster.objects["Pod"][f"team/{name}"]
+    node_name = found["spec"].get("nodeName")
+    if not node_name:
+        return None
+    allocation = allocation_from_json(found["metadata"]["annotations"][ALLOCATION_ANNOTATION])
+    numa = {CPU_NUMA[cpu] for cpu in allocation.cpus()}
+    numa |= {GPU_NUMA[gpu] for gpu in allocation.devices(GPU)}
+    return node_name, frozenset(numa)
+
+
+def waiting_reason(cluster: SimCluster, name: str) -> str:
+    found = cluster.objects["Pod"][f"team/{name}"]
+    for condition in found.get("status", {}).get("conditions", []):
+        if condition.get("type") == "PodScheduled":
+            return str(condition.get("message", ""))
+    return ""
+
+
+# -- annotations ------------------------------------------------------------------------------------
+
+
+def task_with(annotations: dict[str, str]) -> TaskInfo:
+    from numasched.api.resource import Resource
+
+    return TaskInfo("u", "team", "p", "team/p", Resource(), Resource(), annotations=annotations)
+
+
+def test_membership_is_namespace_scoped_and_required_by_default() -> None:
+    membership = read_membership(task_with({GROUP_ANNOTATION: " g1 "}))
+    assert membership is not None
+    assert (membership.group, membership.mode) == ("team/g1", AffinityMode.REQUIRED)
+    preferred = read_membership(task_with({GROUP_ANNOTATION: "g1", MODE_ANNOTATION: "Preferred"}))
+    assert preferred is not None and preferred.mode is AffinityMode.PREFERRED
+    assert read_membership(task_with({})) is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "named"),
+    [
+        ({GROUP_ANNOTATION: "g1", MODE_ANNOTATION: "sometimes"}, MODE_ANNOTATION),
+        ({GROUP_ANNOTATION: "  "}, GROUP_ANNOTATION),
+        ({GROUP_ANNOTATION: "a\nb"}, GROUP_ANNOTATION),
+        ({GROUP_ANNOTATION: "x" * 300}, GROUP_ANNOTATION),
+        ({MODE_ANNOTATION: "required"}, GROUP_ANNOTATION),
+    ],
+)
+def test_bad_annotations_name_the_annotation(annotations: dict[str, str], named: str) -> None:
+    with pytest.raises(GroupAnnotationError, match=named):
+        read_membership(task_with(annotations))
+
+
+def test_plugin_declares_equivalence_and_checks_its_weight() -> None:
+    plugin = NumaAffinityGroupPlugin(Arguments({}, plugin="numa-affinity-group"))
+    assert isinstance(plugin, DeclaresEquivalence)
+    with pytest.raises(ValueError, match="weight"):
+        NumaAffinityGroupPlugin(Arguments({"weight": -1}, plugin="numa-affinity-group"))
+
+
+async def test_bad_mode_waits_with_a_message_naming_the_annotation() -> None:
+    cluster = cluster_of("n1")
+    cluster.add(pod("a", gpus=1, mode="sometimes"))
+    await run_cycles(cluster, config(), cycles=1)
+    assert placed(cluster, "a") is None
+    reason = waiting_reason(cluster, "a")
+    assert MODE_ANNOTATION in reason and "sometimes" in reason
+
+
+# -- required ---------------------------------------------------------------------------------------
+
+
+async def test_required_peer_waits_rather_than_split_and_says_why() -> None:
+    # NUMA 0 of n1 has one GPU left; a takes it; b would fit only on NUMA 1 or on n2.
+    cluster = cluster_of("n1", "n2")
+    cluster.add(pod("filler", gpus=3, group=None, on=("n1", ("0", "1", "2"))))
+    cluster.add(pod("a", gpus=1, created=1))
+    await run_cycles(cluster, config(), cycles=1)
+    assert placed(cluster, "a") == ("n1", frozenset({0}))
+    cluster.add(pod("b", gpus=1, created=2))
+    await run_cycles(cluster, config())
+    assert placed(cluster, "b") is None
+    reason = waiting_reason(cluster, "b")
+    assert "numa affinity group team/g1 (required)" in reason
+    assert "n1" in reason and "NUMA node(s) 0" in reason
+
+
+async def test_without_the_plugin_the_same_pods_split() -> None:
+    # The control for the test above: the split it prevents is what happens otherwise.
+    cluster = cluster_of("n1", "n2")
+    cluster.add(pod("filler", gpus=3, group=None, on=("n1", ("0", "1", "2"))))
+    cluster.add(pod("a", gpus=1, created=1))
+    cluster.add(pod("b", gpus=1, created=2))
+    await run_cycles(cluster, config(mode_plugin=False))
+    first, second = placed(cluster, "a"), placed(cluster, "b")
+    assert first is not None and second is not None
+    assert first[0] != second[0] or not first[1] & second[1]
+
+
+async def test_required_pair_in_one_cycle_waits_rather_than_split() -> None:
+    # Both pending in one session: a is allocated first (statement, not yet bound) and b must
+    # read where a went from the session, not from the cache.
+    cluster = cluster_of("n1", "n2")
+    cluster.add(pod("filler", gpus=3, group=None, on=("n1", ("0", "1", "2"))))
+    cluster.add(pod("a", gpus=1, created=1))
+    cluster.add(pod("b", gpus=1, created=2))
+    await run_cycles(cluster, config(), cycles=1)
+    assert placed(cluster, "a") == ("n1", frozenset({0}))
+    assert placed(cluster, "b") is None
+    assert "numa affinity group team/g1 (required)" in waiting_reason(cluster, "b")
+
+
+async def test_required_pair_with_room_shares_node_and_numa_node() -> None:
+    cluster = cluster_of("n1", "n2")
+    cluster.add(pod("filler", gpus=2, group=None, on=("n1", ("0", "1"))))
+    cluster.add(pod("a", gpus=1, cpus=4, created=1))
+    cluster.add(pod("b", gpus=1, cpus=2, created=2))
+    await run_cycles(cluster, config())
+    first, second = placed(cluster, "a"), placed(cluster, "b")
+    assert first is not None and second is not None
+    assert first[0] == second[0] and first[1] & second[1]
+
+
+async def test_other_namespaces_group_of_the_same_name_is_another_group() -> None:
+    cluster = cluster_of("n1")
+    cluster.add(pod("filler", gpus=3, group=None, on=("n1", ("0", "1", "2"))))
+    cluster.add(pod("a", gpus=1, created=1))
+    other = pod("b", gpus=1, created=2)
+    other["metadata"]["namespace"] = "elsewhere"
+    cluster.add(other)
+    await run_cycles(cluster, config())
+    assert cluster.objects["Pod"]["elsewhere/b"]["spec"].get("nodeName") == "n1"
+
+
+# -- preferred --------------------------------------------------------------------------------------
+
+
+async def test_preferred_joins_the_peers_node_and_numa_node() -> None:
+    # n0 sorts first and is empty: without the group the second pod would go there.
+    cluster = cluster_of("n0", "n1")
+    cluster.add(pod("filler-n0", gpus=2, group=None, on=("n0", ("4", "5"))))
+    cluster.add(pod("a", gpus=1, mode="preferred", on=("n1", ("5",))))
+    cluster.add(pod("b", gpus=1, mode="preferred", created=2))
+    await run_cycles(cluster, config())
+    assert placed(cluster, "b") == ("n1", frozenset({1}))
+
+
+async def test_preferred_goes_elsewhere_on_the_node_when_the_numa_node_is_full() -> None:
+    cluster = cluster_of("n1", "n2")
+    cluster.add(pod("filler", gpus=3, group=None, on=("n1", ("4", "6", "7"))))
+    cluster.add(pod("a", gpus=1, mode="preferred", on=("n1", ("5",))))
+    cluster.add(pod("b", gpus=1, mode="preferred", created=2))
+    await run_cycles(cluster, config())
+    assert placed(cluster, "b") == ("n1", frozenset({0}))
+
+
+# -- gangs ------------------------------------------------------------------------------------------
+
+
+async def test_gang_group_is_placed_as_a_unit_on_one_numa_node() -> None:
+    # n1's NUMA 0 has 3 GPUs free, NUMA 1 all 4: two 2-GPU pods fit together only on NUMA 1.
+    # Placed one by one, the first would take NUMA 0 (the narrowest, lowest hint) and strand the
+    # second.
+    cluster = cluster_of("n1")
+    cluster.add(pod("filler", gpus=1, group=None, on=("n1", ("0",))))
+    cluster.add(pod_group("job", 2))
+    cluster.add(pod("w0", gpus=2, pod_group="job", created=1))
+    cluster.add(pod("w1", gpus=2, pod_group="job", created=2))
+    await run_cycles(cluster, config())
+    assert placed(cluster, "w0") == ("n1", frozenset({1}))
+    assert placed(cluster, "w1") == ("n1", frozenset({1}))
+
+
+async def test_gang_that_no_node_can_hold_together_waits_with_the_group_named() -> None:
+    cluster = cluster_of("n1", "n2")
+    cluster.add(pod_group("job", 2))
+    cluster.add(pod("w0", gpus=3, pod_group="job", created=1))
+    cluster.add(pod("w1", gpus=3, pod_group="job", created=2))
+    await run_cycles(cluster, config())
+    assert placed(cluster, "w0") is None and placed(cluster, "w1") is None
+    assert "numa affinity group team/g1 (required)" in waiting_reason(cluster, "w0")
+
+
+# -- the property -----------------------------------------------------------------------------------
+
+_SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 24))
+
+
+@given(
+    nodes=st.integers(1, 3),
+    fillers=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 7)), max_size=8),
+    first=_SHAPES,
+    second=_SHAPES,
+    gang=st.booleans(),
+    waves=st.booleans(),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+async def test_two_pods_of_a_required_group_share_a_numa_node_or_wait(
+    nodes: int,
+    fillers: list[tuple[int, int]],
+    first: tuple[int, int],
+    second: tuple[int, int],
+    gang: bool,
+    waves: bool,
+) -> None:
+    names = [f"n{index}" for index in range(nodes)]
+    cluster = cluster_of(*names)
+    taken: set[tuple[str, str]] = set()
+    for index, (node_index, gpu) in enumerate(fillers):
+        where = (names[node_index % nodes], str(gpu))
+        if where in taken:
+            continue
+        taken.add(where)
+        cluster.add(pod(f"filler-{index}", gpus=1, group=None, on=(where[0], (where[1],))))
+    job = "job" if gang else None
+    if gang:
+        cluster.add(pod_group("job", 2))
+    cluster.add(pod("a", gpus=first[0], cpus=first[1], pod_group=job, created=1))
+    if waves:
+        await run_cycles(cluster, config(), cycles=1)
+    cluster.add(pod("b", gpus=second[0], cpus=second[1], pod_group=job, created=2))
+    await run_cycles(cluster, config())
+    one, other = placed(cluster, "a"), placed(cluster, "b")
+    if one is not None and other is not None:
+        assert one[0] == other[0], (one, other)
+        assert one[1] & other[1], (one, other)
+    elif gang:
+        assert one is None and other is None
