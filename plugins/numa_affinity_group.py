@@ -1,4 +1,4 @@
-"""numa-affinity-group: pods that talk to each other share a node and its NUMA nodes.
+"""numa-affinity-group: pods that talk to each other share a node and a NUMA node.
 
 Pods carrying `numasched.io/numa-affinity-group: <name>` (a name scoped to their namespace) form a
 group; `numasched.io/numa-affinity: required | preferred` (default required) says how hard the
@@ -7,22 +7,21 @@ earlier in this session; where they are is read from the node's tasks and their 
 decisions (PodAllocation NUMA nodes), so the group holds within one cycle and across cycles.
 
 required: once a peer is placed, the pod may only go to the node holding most of its peers (the
-anchor; ties go to the smallest name), and its pinned CPUs, devices and memory only to the NUMA
-nodes the peers hold there, touching at least one NUMA node that every pinned peer holds (so any
-two pods of the group share a NUMA node); where that does not fit it waits, with a reason naming
-the group, the anchor and its NUMA nodes, and what did not fit. It never splits from the group.
-preferred: nodes holding peers score higher (weight x 100 x the share of the peers there), and on
-such a node the pod is placed inside its peers' NUMA nodes when it fits there, anywhere else on
-the node when it does not.
+anchor; ties go to the smallest name), and only where its pinned CPUs, devices and memory land
+within the NUMA nodes the peers pin there and on one that every pinned peer holds (so any two
+pods of the group share a NUMA node). Otherwise it waits, with a reason naming the group, the
+anchor and its NUMA nodes, and where the pod would have gone. It never splits from the group.
+preferred: nodes holding peers score higher (weight x 100 x the share of the peers there).
+
+Which NUMA nodes a pod lands on is the kubelet's choice where the kubelet pins (its narrowest
+hint, lowest NUMA nodes first), and numa-aware reproduces that choice: the group checks it, it
+cannot steer it (restriction.py). A preferred pod on its peers' node therefore shares their NUMA
+node when the kubelet's choice is there.
 
 Gangs: in a job with minAvailable above 1, the group's pending pods of the job are a unit: the
-first one placed is held to the narrowest NUMA set on which it and the others all fit, one after
-another as numa-aware places them (and a required unit only goes to a node whose idle resources
-hold all of it); if no node can hold the unit, the first pod fails there with that reason and
-the gang waits.
-
-The NUMA part is numa-aware's (restriction.py): this plugin tells it, per pod and node, which
-NUMA nodes the pod is held to; without numa-aware in the configuration only the node is held.
+first one placed goes only to a node whose idle resources hold the whole unit and where the
+others, placed after it one by one as the kubelet would place them, all stay with it; if no node
+can, the first pod fails everywhere with that reason and the gang waits.
 
 A bad annotation value fails the pod on every node with a message naming the annotation; a mode
 annotation without a group annotation is a bad value too.
@@ -336,14 +335,15 @@ class NumaAffinityGroupPlugin:
         return preferred_score(view.peers, node.name, self.weight)
 
     def numa_restriction(self, task: TaskInfo) -> NodeRestriction | None:
-        """For numa-aware (restriction.py): per node, the NUMA nodes the pod is held to."""
+        """For numa-aware (restriction.py): per node, the NUMA nodes a required pod must keep to."""
         if GROUP_ANNOTATION not in task.annotations:
             return None
         try:
-            if self._view(task) is None:
-                return None
+            view = self._view(task)
         except GroupAnnotationError:
-            # The predicates refuse the pod everywhere; numa-aware need not hold it anywhere.
+            # The predicates refuse the pod everywhere; numa-aware need not check it anywhere.
+            return None
+        if view is None or view.membership.mode is not AffinityMode.REQUIRED:
             return None
 
         def on_node(node: NodeInfo) -> NumaRestriction | None:
@@ -371,10 +371,8 @@ class NumaAffinityGroupPlugin:
 
 
 def restriction_on(view: _View, node_name: str) -> NumaRestriction | None:
-    """The NUMA nodes the pod is held to on this node (None: none)."""
-    membership = view.membership
-    required = membership.mode is AffinityMode.REQUIRED
-    if required and view.anchor and node_name != view.anchor:
+    """What numa-aware must check of a required pod's placement on this node (None: nothing)."""
+    if view.anchor and node_name != view.anchor:
         # The predicate refuses this node.
         return None
     here = view.peers.get(node_name)
@@ -382,7 +380,7 @@ def restriction_on(view: _View, node_name: str) -> NumaRestriction | None:
     if allowed.is_empty() and not view.companions:
         return None
     core = here.core if here is not None else NumaMask()
-    return NumaRestriction(allowed, required, view.companions, membership.label, core)
+    return NumaRestriction(allowed, view.companions, view.membership.label, core)
 
 
 def build(arguments: Arguments) -> NumaAffinityGroupPlugin:

@@ -452,8 +452,8 @@ class NumaAwarePlugin:
         )
         return outcome
 
-    # -- NUMA restrictions (restriction.py): another plugin (numa-affinity-group) holds the pod to
-    # some NUMA nodes; it is then placed in full on what is free there, its decision its own.
+    # -- NUMA restrictions (restriction.py): another plugin (numa-affinity-group) admits the node
+    # only if the pod's placement there keeps its group together; placed in full, decided alone.
 
     def _restriction(self, task: TaskInfo, node: NodeInfo) -> NumaRestriction | None:
         state = self._cycle_state(task)
@@ -482,7 +482,7 @@ class NumaAwarePlugin:
                     return Placement(False, f"pod {pod.key}: annotation {POLICY_ANNOTATION}: {error}")
             return place_pod(pod, topology, pool, self.providers, pod_policy_on_node)
 
-        return place_within(task, restriction, topology, free, place)
+        return place_within(task, restriction, free, place)
 
     def _admit_restricted(
         self,
@@ -498,9 +498,7 @@ class NumaAwarePlugin:
             return Status.unschedulable(placement.reason, PLUGIN_NAME)
         # An id of its own, so nothing computed for it (the link quality) serves another decision.
         companions = tuple(companion.uid for companion in restriction.companions)
-        own = self.tables.shape_id(
-            ("restricted", task.uid, node.name, node.generation, restriction.allowed.bits, companions)
-        )
+        own = self.tables.shape_id(("restricted", task.uid, node.name, node.generation, companions))
         self._pod(task).decided[node.name] = _Decision(
             placement, free, topology, policy, (0, own), node.generation, placement.numa.count()
         )

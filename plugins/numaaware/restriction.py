@@ -1,35 +1,34 @@
-"""NUMA restrictions: another plugin holds a pod's pinned resources to some NUMA nodes of a node.
+"""NUMA restrictions: another plugin keeps a pod on some NUMA nodes of a node, or off the node.
 
 A plugin that implements RestrictsNuma (numa-affinity-group is the built-in one) is asked once per
 pod being decided; it answers None (no restriction for this pod anywhere) or a function of the
-node giving a NumaRestriction or None. numa-aware then places the pod with the node's free
-resources cut down to the allowed NUMA nodes (free_within) instead of running its shared,
-memoised admission.
+node giving a NumaRestriction or None. numa-aware then places the pod in full on the node, as
+it always does (the kubelet's own choice of NUMA nodes and ids, which numa-aware reproduces), and
+admits the node only when that placement keeps the group together: the NUMA nodes its pinned
+resources land on lie within the allowed ones and include one of the core (every pinned pod of
+the group there holds a core NUMA node, so any two of them share one).
 
-Why the kubelet still admits what is placed this way: every hint computed from a subset of the
-free ids is also a hint of the whole node (a mask whose free ids suffice in the subset suffices
-on the node), and whether a hint is preferred is measured against the node's total, not what is
-free; so a merged hint the policy admits here is one it admits on the whole node, and the ids
-chosen inside it (written on the binding, enforced by the node agent) lie in the allowed NUMA
-nodes. Only pinned resources (exclusive CPUs, aligned devices, pinned memory) are held: a pod
-that pins nothing floats over the node, as the kubelet lets it.
+The placement is checked, never steered: where the kubelet pins a container itself (exclusive
+CPUs under the static CPU manager, devices, pinned memory) it chooses by its own hint, the
+narrowest that fits, lowest NUMA nodes first, and ignores what the scheduler would prefer. A pod
+whose kubelet choice would split the group waits rather than be bound where it would split; a
+pod that pins nothing floats over the node and never splits anything.
 
-Companions: pods of the same job and group still to be placed on this node after this one. The
-pod is then held to the narrowest set of NUMA nodes (containing the allowed ones) on which it and
-every companion, placed one after another as numa-aware would place them, all fit; so the first
-pod of a gang never takes NUMA nodes that leave no room for the rest of its group.
+Companions: pods of the same job and group still to be placed on this node after this one (a
+gang). The node is admitted only when the pod and then each companion, placed one after another
+as the kubelet would place them, all keep together; so the first pod of a gang never goes where
+the rest of its group cannot follow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
 from numasched.api.allocation import PodAllocation
-from numasched.api.numamask import NumaMask, iterate_masks
-from numasched.api.topology import NumaTopology
+from numasched.api.numamask import NumaMask
 from numasched.plugins.numaaware.admission import Placement
 from numasched.plugins.numaaware.providers.base import FreeResources
 
@@ -43,15 +42,12 @@ if TYPE_CHECKING:
 class NumaRestriction:
     """Where on one node a pod's pinned resources may go.
 
-    allowed: the NUMA nodes its group already holds there (empty: none yet);
-    required: True refuses the node when the pod (with its companions) fits on no allowed set;
-      False then places it as if unrestricted;
-    companions: pods to be placed after it on the same NUMA nodes, in the order they will be;
+    allowed: the NUMA nodes its group's pinned pods hold there (empty: none yet);
+    companions: pods to be placed after it on the same node, in the order they will be;
     label: who restricts, for messages ("numa affinity group team/g1 (required)").
     """
 
     allowed: NumaMask
-    required: bool
     companions: tuple[TaskInfo, ...] = ()
     label: str = ""
     # NUMA nodes every pinned pod of the group there holds (empty: none in common, or none yet);
@@ -81,30 +77,6 @@ def restriction_of(ssn: Session | None, task: TaskInfo) -> NodeRestriction | Non
             if restrict is not None:
                 return restrict
     return None
-
-
-def free_within(free: FreeResources, topology: NumaTopology, allowed: NumaMask) -> FreeResources:
-    """What is free on the allowed NUMA nodes only. Devices that report no NUMA node stay (no
-    hint places them anywhere in particular); what unknown holders hold stays counted, since it
-    may lie on the allowed NUMA nodes."""
-    cpus = free.cpus & topology.cpus_in(allowed)
-    devices: dict[str, tuple[str, ...]] = {}
-    for resource, ids in free.devices.items():
-        group = topology.devices.get(resource)
-        if group is None:
-            devices[resource] = tuple(ids)
-            continue
-        kept = []
-        for device in ids:
-            info = group.by_id.get(device)
-            if info is None or info.numa is None or allowed.is_set(info.numa):
-                kept.append(device)
-        devices[resource] = tuple(kept)
-    memory = {
-        resource: {numa: size for numa, size in per_numa.items() if allowed.is_set(numa)}
-        for resource, per_numa in free.memory.items()
-    }
-    return attrs.evolve(free, cpus=cpus, devices=devices, memory=memory)
 
 
 def free_after(free: FreeResources, allocation: PodAllocation | None) -> FreeResources:
@@ -138,101 +110,57 @@ def free_after(free: FreeResources, allocation: PodAllocation | None) -> FreeRes
 PlaceFn = Callable[["TaskInfo", FreeResources], Placement]
 
 
-def candidate_masks(numa_ids: Sequence[int], allowed: NumaMask, grow: bool) -> list[NumaMask]:
-    """The NUMA sets a pod may be held to: the allowed set alone, or (grow) every set containing
-    it, fewest NUMA nodes first and then in the order the kubelet iterates masks."""
-    if not grow:
-        return [allowed]
-    return [mask for mask in iterate_masks(numa_ids) if allowed.is_subset_of(mask)]
+def apart(numa: NumaMask, allowed: NumaMask, core: NumaMask) -> str:
+    """Why a pod on these NUMA nodes would not be with its group ("" when it would): outside
+    the NUMA nodes the group holds, or sharing none of its core. A pod pinning nothing is with
+    any group."""
+    if numa.is_empty():
+        return ""
+    if not allowed.is_empty() and not numa.is_subset_of(allowed):
+        return f"NUMA node(s) {numa.format()}, outside NUMA node(s) {allowed.format()} its group holds there"
+    if not core.is_empty() and (numa & core).is_empty():
+        return (
+            f"NUMA node(s) {numa.format()}, sharing none of NUMA node(s) {core.format()} every pod of its group holds"
+        )
+    return ""
+
+
+def joined(allowed: NumaMask, core: NumaMask, numa: NumaMask) -> tuple[NumaMask, NumaMask]:
+    """The group's NUMA nodes and core once a pod on `numa` joins it."""
+    if numa.is_empty():
+        return allowed, core
+    return allowed | numa, numa if core.is_empty() else core & numa
 
 
 def place_within(
     task: TaskInfo,
     restriction: NumaRestriction,
-    topology: NumaTopology,
     free: FreeResources,
     place: PlaceFn,
 ) -> Placement:
-    """The pod's placement held to the restriction (module doc): on the narrowest candidate set
-    where it and its companions all fit, each sharing a NUMA node with the group's core; if none,
-    a refusal (required) or the unrestricted placement (preferred)."""
-    grow = bool(restriction.companions) or restriction.allowed.is_empty()
-    first_refusal = ""
-    for mask in candidate_masks(sorted(topology.numa_ids), restriction.allowed, grow):
-        placement = _place_member(task, free, mask, restriction.core, topology, place)
-        if not placement.admitted:
-            first_refusal = first_refusal or placement.reason
-            continue
-        core = _narrowed(restriction.core, placement.numa)
-        refusal = _companions_refusal(
-            restriction.companions, free_after(free, placement.allocation), mask, core, topology, place
-        )
-        if not refusal:
-            return placement
-        first_refusal = first_refusal or refusal
-    if not restriction.required:
-        return place(task, free)
-    return Placement(False, refusal_reason(restriction, first_refusal))
-
-
-def _narrowed(core: NumaMask, numa: NumaMask) -> NumaMask:
-    """The group's common NUMA nodes once a pod holding `numa` joins (a pod pinning nothing
-    changes nothing)."""
-    if numa.is_empty():
-        return core
-    return numa if core.is_empty() else core & numa
-
-
-def _place_member(
-    task: TaskInfo, free: FreeResources, within: NumaMask, core: NumaMask, topology: NumaTopology, place: PlaceFn
-) -> Placement:
-    """The pod inside `within`, holding a NUMA node of the core: on the core alone when it fits
-    there (a single-NUMA pod must), else anywhere inside `within` that touches the core."""
-    if not core.is_empty():
-        placement = place(task, free_within(free, topology, core & within))
-        if placement.admitted:
-            return placement
-    placement = place(task, free_within(free, topology, within))
-    if (
-        placement.admitted
-        and not core.is_empty()
-        and not placement.numa.is_empty()
-        and (placement.numa & core).is_empty()
-    ):
-        return Placement(
-            False, f"it would share no NUMA node with its group's pods (all of them hold NUMA node(s) {core.format()})"
-        )
+    """The pod's placement on the node (`place`: as the kubelet will make it), or a refusal when
+    it, or a companion placed after it, would not be with the group (module doc)."""
+    placement = place(task, free)
+    if not placement.admitted:
+        return placement
+    problem = apart(placement.numa, restriction.allowed, restriction.core)
+    if problem:
+        return Placement(False, f"{restriction.label}: the pod would be aligned to {problem}")
+    allowed, core = joined(restriction.allowed, restriction.core, placement.numa)
+    pool = free_after(free, placement.allocation)
+    for companion in restriction.companions:
+        following = place(companion, pool)
+        if not following.admitted:
+            return Placement(
+                False,
+                f"{restriction.label}: {companion.key} of the same gang could not follow onto this node: "
+                f"{following.reason}",
+            )
+        problem = apart(following.numa, allowed, core)
+        if problem:
+            return Placement(
+                False, f"{restriction.label}: {companion.key} of the same gang would follow onto {problem}"
+            )
+        allowed, core = joined(allowed, core, following.numa)
+        pool = free_after(pool, following.allocation)
     return placement
-
-
-def _companions_refusal(
-    companions: Sequence[TaskInfo],
-    free: FreeResources,
-    within: NumaMask,
-    core: NumaMask,
-    topology: NumaTopology,
-    place: PlaceFn,
-) -> str:
-    """Why the companions cannot follow, one after another ("" when they can)."""
-    for companion in companions:
-        placement = _place_member(companion, free, within, core, topology, place)
-        if not placement.admitted:
-            return f"{companion.key} would not fit beside it: {placement.reason}"
-        core = _narrowed(core, placement.numa)
-        free = free_after(free, placement.allocation)
-    return ""
-
-
-def refusal_reason(restriction: NumaRestriction, detail: str) -> str:
-    """Why a required restriction refuses the node: the group, the NUMA nodes it holds, what of
-    the unit does not fit."""
-    allowed = restriction.allowed
-    where = f"NUMA node(s) {allowed.format()}" if not allowed.is_empty() else "any set of NUMA nodes"
-    companions = restriction.companions
-    if companions:
-        unit = f"the pod and its {len(companions)} pending group peer(s) of the same job do not fit together on {where}"
-        if not allowed.is_empty():
-            unit += " or any wider set containing them"
-    else:
-        unit = f"the pod does not fit on {where}, which its group holds here"
-    return f"{restriction.label}: {unit}" + (f" ({detail})" if detail else "")
