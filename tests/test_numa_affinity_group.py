@@ -12,10 +12,15 @@ from conftest import load_machine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from numasched.api.allocation import ALLOCATION_ANNOTATION, ContainerAllocation, PodAllocation, allocation_from_json
-from numasched.api.allocation import allocation_to_json
+from numasched.api.allocation import (
+    ALLOCATION_ANNOTATION,
+    ContainerAllocation,
+    PodAllocation,
+    allocation_from_json,
+    allocation_to_json,
+)
 from numasched.api.numamask import NumaMask
-from numasched.api.task import TaskInfo
+from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.cache import Cache
 from numasched.cache.machine_shapes import machine_objects
 from numasched.cache.simcluster import SimCluster
@@ -25,9 +30,14 @@ from numasched.plugins.numa_affinity_group import (
     MODE_ANNOTATION,
     AffinityMode,
     GroupAnnotationError,
+    NodePeers,
     NumaAffinityGroupPlugin,
+    anchor_of,
+    peers_by_node,
+    preferred_score,
     read_membership,
 )
+from numasched.plugins.numaaware.restriction import apart, free_after, joined
 from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.framework.arguments import Arguments
 from numasched.scheduler.framework.plugin import DeclaresEquivalence
@@ -216,6 +226,70 @@ async def test_bad_mode_waits_with_a_message_naming_the_annotation() -> None:
     assert placed(cluster, "a") is None
     reason = waiting_reason(cluster, "a")
     assert MODE_ANNOTATION in reason and "sometimes" in reason
+
+
+# -- pure parts, against hand-computed answers ---------------------------------------------------
+
+
+def placed_task(uid: str, node_name: str, numa: tuple[int, ...], status: TaskStatus = TaskStatus.RUNNING) -> TaskInfo:
+    from numasched.api.resource import Resource
+
+    allocation = PodAllocation((ContainerAllocation("main", numa=NumaMask.from_ids(numa)),)) if numa else None
+    return TaskInfo(
+        uid, "team", uid, "team/j", Resource(), Resource(), status=status, node_name=node_name, allocation=allocation
+    )
+
+
+def test_peers_per_node_union_core_and_who_counts() -> None:
+    members = {
+        task.uid: task
+        for task in (
+            placed_task("a", "n1", (0, 1)),
+            placed_task("b", "n1", (1,)),
+            placed_task("c", "n1", ()),  # pins nothing: counted, no NUMA node
+            placed_task("d", "n2", (0,)),
+            placed_task("e", "n2", (1,), TaskStatus.RELEASING),  # leaving: not a peer
+            placed_task("f", "", (), TaskStatus.PENDING),
+        )
+    }
+    peers = peers_by_node(members)
+    assert peers == {
+        "n1": NodePeers(3, NumaMask.of(0, 1), NumaMask.of(1)),
+        "n2": NodePeers(1, NumaMask.of(0), NumaMask.of(0)),
+    }
+    assert anchor_of(peers) == "n1"
+    assert anchor_of({"n2": NodePeers(1, NumaMask(), NumaMask()), "n1": NodePeers(1, NumaMask(), NumaMask())}) == "n1"
+    assert anchor_of({}) == ""
+    assert preferred_score(peers, "n1", 10) == pytest.approx(750.0)
+    assert preferred_score(peers, "n2", 10) == pytest.approx(250.0)
+    assert preferred_score(peers, "n3", 10) == 0.0
+
+
+def test_apart_and_joined() -> None:
+    zero, one, both = NumaMask.of(0), NumaMask.of(1), NumaMask.of(0, 1)
+    assert apart(NumaMask(), zero, zero) == ""
+    assert apart(zero, zero, zero) == ""
+    assert "outside NUMA node(s) 0" in apart(one, zero, zero)
+    assert "sharing none of NUMA node(s) 0" in apart(one, both, zero)
+    assert apart(one, NumaMask(), NumaMask()) == ""
+    assert joined(NumaMask(), NumaMask(), one) == (one, one)
+    assert joined(both, one, zero) == (both, NumaMask())
+    assert joined(zero, zero, NumaMask()) == (zero, zero)
+
+
+def test_free_after_takes_what_the_pod_holds() -> None:
+    from numasched.api.idset import IdSet
+    from numasched.plugins.numaaware.providers.base import FreeResources
+
+    free = FreeResources(IdSet([1, 2, 3]), {GPU: ("0", "1", "4")}, {"memory": {0: 100, 1: 50}})
+    allocation = PodAllocation(
+        (ContainerAllocation("main", IdSet([2]), NumaMask.of(0), {GPU: ("1",)}, {"memory": {0: 30}}),)
+    )
+    after = free_after(free, allocation)
+    assert after.cpus == IdSet([1, 3])
+    assert after.devices[GPU] == ("0", "4")
+    assert after.memory["memory"] == {0: 70, 1: 50}
+    assert NumaMask.of(0) in after.memory_groups
 
 
 # -- required ---------------------------------------------------------------------------------------
