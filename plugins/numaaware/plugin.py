@@ -23,6 +23,10 @@ node's kubelet policy it is enforced here on the scheduler side.
 Scores: fewer NUMA nodes first (Volcano's normalisation, 0-100 times weight); for device pods,
 plus up to a quarter of that for the better-linked device set (link_scores).
 
+A plugin implementing restriction.RestrictsNuma (numa-affinity-group) may keep a pod with its
+group: the pod is then placed in full on each node, and the node admitted only when that
+placement (and its gang companions' after it) stays on the group's NUMA nodes.
+
 Per feasible node the predicate only decides admission and the NUMA span the score needs
 (admission.admit_pod: hints and merge where that is exact, the full placement otherwise). The
 decision is kept, per node, for the task being decided; on_allocate completes the one for the
@@ -66,7 +70,7 @@ from numasched.plugins.numaaware.providers.device import (
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
-from numasched.plugins.numaaware.restriction import NumaRestriction, place_within, restriction_of
+from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, place_within, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
@@ -266,6 +270,8 @@ class NumaAwarePlugin:
         self._session: Session | None = None
         self._own_state = CycleState("")
         self._own_task: TaskInfo | None = None
+        # Whether a plugin of the session restricts NUMA placement (restriction.py); None: not asked.
+        self._restricting: bool | None = None
 
     @property
     def name(self) -> str:
@@ -288,6 +294,7 @@ class NumaAwarePlugin:
 
     def on_session_close(self, ssn: Session) -> None:
         self._session = None
+        self._restricting = None
         self._own_state = CycleState("")
         self._own_task = None
         self.tables.trim()
@@ -456,6 +463,14 @@ class NumaAwarePlugin:
     # only if the pod's placement there keeps its group together; placed in full, decided alone.
 
     def _restriction(self, task: TaskInfo, node: NodeInfo) -> NumaRestriction | None:
+        ssn = self._session
+        if ssn is None:
+            return None
+        if self._restricting is None:
+            # Asked once the session's plugins are all open (actions run after every open).
+            self._restricting = any_restricting(ssn)
+        if not self._restricting:
+            return None
         state = self._cycle_state(task)
         restrict = state.get(_RESTRICTION_KEY, _UNASKED_RESTRICTION)
         if restrict is _UNASKED_RESTRICTION:

@@ -66,6 +66,11 @@ class RestrictsNuma(Protocol):
     def numa_restriction(self, task: TaskInfo) -> NodeRestriction | None: ...
 
 
+def any_restricting(ssn: Session) -> bool:
+    """Whether a plugin of the session restricts NUMA placement."""
+    return any(isinstance(plugin, RestrictsNuma) for plugin in ssn.plugins.values())
+
+
 def restriction_of(ssn: Session | None, task: TaskInfo) -> NodeRestriction | None:
     """The first restricting plugin's answer for the pod (in tier order); None without a session
     (a tool calling numa-aware directly) or when no plugin restricts it."""
