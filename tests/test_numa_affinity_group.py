@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import load_machine
+from conftest import load_hack_module, load_machine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +22,7 @@ from numasched.api.allocation import (
 from numasched.api.numamask import NumaMask
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.cache.cache import Cache
-from numasched.cache.machine_shapes import machine_objects
+from numasched.cache.machine_shapes import machine_objects, reserved_cpus_for
 from numasched.cache.simcluster import SimCluster
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.plugins.numa_affinity_group import (
@@ -44,6 +44,7 @@ from numasched.scheduler.framework.plugin import DeclaresEquivalence
 from numasched.scheduler.loop import schedule_cycle
 
 pytestmark = pytest.mark.anyio
+kubelet = load_hack_module("kubelet_model")
 GPU = "nvidia.com/gpu"
 MACHINE = "pcie-8gpu-2numa"
 # The machine description, read independently of the scheduler: GPU id -> NUMA node, CPU -> NUMA node.
@@ -177,6 +178,32 @@ def waiting_reason(cluster: SimCluster, name: str) -> str:
         if condition.get("type") == "PodScheduled":
             return str(condition.get("message", ""))
     return ""
+
+
+def kubelet_numa(cluster: SimCluster, names: list[str], order: tuple[str, ...]) -> dict[str, frozenset[int]]:
+    """The NUMA nodes each bound pod of `order` gets from its node's kubelet (hack/kubelet_model),
+    after the node's other pods' devices are taken."""
+    reserved = reserved_cpus_for(_MACHINE, 2)
+    states = {
+        name: kubelet.NodeState.empty(kubelet.node_from_machine(_MACHINE, name, reserved_cpus=reserved))
+        for name in names
+    }
+    for key, found in cluster.objects["Pod"].items():
+        node_name = found["spec"].get("nodeName")
+        if node_name and key.split("/", 1)[1] not in order:
+            allocation = allocation_from_json(found["metadata"]["annotations"][ALLOCATION_ANNOTATION])
+            states[node_name].take(allocation.cpus(), {GPU: allocation.devices(GPU)})
+    given: dict[str, frozenset[int]] = {}
+    for name in order:
+        found = cluster.objects["Pod"][f"team/{name}"]
+        node_name = found["spec"].get("nodeName")
+        if not node_name:
+            continue
+        admission = kubelet.admit(states[node_name], kubelet.pod_from_object(found))
+        assert admission.admitted, admission.reason
+        kubelet.apply(states[node_name], admission)
+        given[name] = frozenset(kubelet.numa_of_ids(states[node_name].node, admission.cpus, admission.devices))
+    return given
 
 
 # -- annotations ------------------------------------------------------------------------------------
@@ -463,3 +490,8 @@ async def test_two_pods_of_a_required_group_share_a_numa_node_or_wait(
         assert one[1] & other[1], (one, other)
     elif gang:
         assert one is None and other is None
+    # What the kubelets will do with these bindings (the independent model, replaying each node's
+    # holdings, then a and b in the order they were placed) is what the decisions say, so the
+    # pair shares a NUMA node on the machine too.
+    given = kubelet_numa(cluster, names, ("a", "b"))
+    assert given == {name: where[1] for name, where in (("a", one), ("b", other)) if where is not None}
