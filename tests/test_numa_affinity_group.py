@@ -495,3 +495,46 @@ async def test_two_pods_of_a_required_group_share_a_numa_node_or_wait(
     # pair shares a NUMA node on the machine too.
     given = kubelet_numa(cluster, names, ("a", "b"))
     assert given == {name: where[1] for name, where in (("a", one), ("b", other)) if where is not None}
+
+
+# -- the engine's memo --------------------------------------------------------------------------------
+
+
+def test_a_peer_placed_mid_session_gives_the_pods_of_its_group_a_new_class() -> None:
+    """b is asked about both nodes (both pass: no peer yet); then a, of b's group, is allocated on
+    n0. Asked again in the same session, b passes n0 only: its class moved with its peer, so the
+    memo's answer for n1 (a node whose generation did not move) is not reused."""
+    from numasched.api.job import JobInfo
+    from numasched.api.node import NodeInfo
+    from numasched.api.resource import Resource
+    from numasched.api.snapshot import ClusterSnapshot
+    from numasched.scheduler.actions.allocate import feasible_nodes
+    from numasched.scheduler.framework.equivalence import EquivalenceMemo
+    from numasched.scheduler.framework.session import Session
+    from numasched.scheduler.framework.statement import Statement
+
+    nodes = [NodeInfo.create(name, Resource(milli_cpu=8000, memory=16e9)) for name in ("n0", "n1")]
+    jobs = {}
+    for name in ("a", "b"):
+        request = Resource(milli_cpu=1000, memory=1e9)
+        job = JobInfo(uid=f"team/{name}", namespace="team", name=name)
+        job.add_task(
+            TaskInfo(
+                f"uid-{name}", "team", name, job.uid, request, request.clone(), annotations={GROUP_ANNOTATION: "g1"}
+            )
+        )
+        jobs[job.uid] = job
+    conf = SchedulerConfig(actions=("allocate",), tiers=(Tier((PluginOption("numa-affinity-group"),)),))
+    ssn = Session(ClusterSnapshot(nodes={n.name: n for n in nodes}, jobs=jobs), conf, default_registry())
+    ssn.open()
+    memo = EquivalenceMemo()
+    memo.bind(conf)
+    ssn.memo = memo
+    a = next(iter(jobs["team/a"].tasks.values()))
+    b = next(iter(jobs["team/b"].tasks.values()))
+    before = ssn.equivalence_class(b)
+    assert [n.name for n in feasible_nodes(ssn, b, nodes, check_resources=True)] == ["n0", "n1"]
+    assert Statement(ssn).allocate(a, nodes[0])
+    assert ssn.equivalence_class(b) != before
+    assert [n.name for n in feasible_nodes(ssn, b, nodes, check_resources=True)] == ["n0"]
+    assert "its placed pods are on node n0" in str(ssn.fit_errors[b.uid]["n1"])
