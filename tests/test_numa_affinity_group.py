@@ -164,7 +164,11 @@ def placed(cluster: SimCluster, name: str) -> tuple[str, frozenset[int]] | None:
     node_name = found["spec"].get("nodeName")
     if not node_name:
         return None
-    allocation = allocation_from_json(found["metadata"]["annotations"][ALLOCATION_ANNOTATION])
+    decision = found["metadata"]["annotations"].get(ALLOCATION_ANNOTATION)
+    if decision is None:
+        # Nothing pinned: the binding carries no decision.
+        return node_name, frozenset()
+    allocation = allocation_from_json(decision)
     numa = {CPU_NUMA[cpu] for cpu in allocation.cpus()}
     numa |= {GPU_NUMA[gpu] for gpu in allocation.devices(GPU)}
     # Where the ids are left to the kubelet (unknown holders on the node), the NUMA nodes stay.
@@ -371,6 +375,19 @@ async def test_required_pair_with_room_shares_node_and_numa_node() -> None:
     first, second = placed(cluster, "a"), placed(cluster, "b")
     assert first is not None and second is not None
     assert first[0] == second[0] and first[1] & second[1]
+
+
+async def test_required_pods_that_pin_nothing_are_held_to_the_node_only() -> None:
+    # a runs on n1 in the shared CPU pool; b pins nothing either. Without the group b would go to
+    # n0 (every score ties, the smaller name wins).
+    cluster = cluster_of("n0", "n1")
+    cluster.add(pod("a", on=("n1", ())))
+    unpinned = pod("b", created=2)
+    requests = {"cpu": "500m", "memory": "1Gi"}
+    unpinned["spec"]["containers"][0]["resources"] = {"requests": requests, "limits": requests}
+    cluster.add(unpinned)
+    await run_cycles(cluster, config())
+    assert placed(cluster, "b") == ("n1", frozenset())
 
 
 async def test_other_namespaces_group_of_the_same_name_is_another_group() -> None:
