@@ -35,6 +35,13 @@ COMMANDS = (
         "the fewest pods whose departure would let it in (docs/explain.md).",
     ),
     (
+        "defrag",
+        "plan pod moves that free aligned blocks of a shape (8 GPUs on one node, 4 GPUs and 32 CPUs on one NUMA node)",
+        "Load a cluster as simulate does (or list a live one), and compute the fewest pod moves that free the most "
+        "aligned blocks of the requested shape, respecting PodDisruptionBudgets and priorities; a dry run unless "
+        "--apply (docs/defrag.md).",
+    ),
+    (
         "run",
         "run the scheduler against a Kubernetes cluster",
         "Watch the cluster and schedule every pod whose spec.schedulerName is ours.",
@@ -62,6 +69,10 @@ def _add_command_arguments(command: str, parser: argparse.ArgumentParser) -> Non
         from numasched.scheduler.explain_command import add_explain_arguments
 
         add_explain_arguments(parser)
+    elif command == "defrag":
+        from numasched.scheduler.defrag_command import add_defrag_arguments
+
+        add_defrag_arguments(parser)
     elif command == "run":
         from numasched.scheduler.runner import add_run_arguments
 
@@ -134,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"numasched {args.command}: {problem}", file=sys.stderr)
         return EXIT_CONFIG
 
-    simulating = args.command in ("simulate", "explain")
+    simulating = args.command in ("simulate", "explain", "defrag")
     configure_logging(
         args.log_level or ("warning" if simulating else "info"),
         args.log_format or ("console" if simulating else "json"),
@@ -148,6 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from numasched.scheduler.explain_command import run_explain
 
         return anyio.run(run_explain, args)
+    if args.command == "defrag":
+        from numasched.scheduler.defrag_command import run_defrag
+
+        return anyio.run(run_defrag, args)
     if args.command == "run":
         from numasched.scheduler.runner import run_scheduler
 

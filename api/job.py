@@ -27,6 +27,9 @@ class JobInfo:
     tasks: dict[str, TaskInfo] = attrs.field(factory=dict)
     # The PodGroup's annotations (Volcano's job controller copies the Job's there).
     annotations: dict[str, str] = attrs.field(factory=dict)
+    # ready_task_num's answer while the session sorts jobs (nothing changes a job meanwhile, and
+    # the job-order functions ask it once per comparison); None otherwise.
+    ready_while_sorting: int | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -40,6 +43,8 @@ class JobInfo:
         return [task for task in self.tasks.values() if task.status in wanted]
 
     def ready_task_num(self) -> int:
+        if self.ready_while_sorting is not None:
+            return self.ready_while_sorting
         return sum(1 for task in self.tasks.values() if task.status in READY_STATUSES)
 
     def waiting_task_num(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from numasched.api.disruption_budget import DisruptionBudget
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
 from numasched.api.resource import Resource
@@ -26,6 +27,10 @@ class QueueInfo:
     priority: int = 0
     # spec.reclaimable: None (absent) and True both let other queues reclaim from this one.
     reclaimable: bool = True
+    # Hierarchical DRF: the annotations volcano.sh/hierarchy ("root/eng/dev") and
+    # volcano.sh/hierarchy-weights ("1/2/8"), "" when absent.
+    hierarchy: str = ""
+    hierarchy_weights: str = ""
     # status.allocated as last written (None: never written), so only a change is written again.
     status_allocated: Resource | None = None
 
@@ -36,3 +41,5 @@ class ClusterSnapshot:
     jobs: dict[str, JobInfo] = attrs.field(factory=dict)
     queues: dict[str, QueueInfo] = attrs.field(factory=dict)
     priority_classes: dict[str, int] = attrs.field(factory=dict)
+    # PodDisruptionBudgets by namespace/name (the pdb plugin reads them).
+    disruption_budgets: dict[str, DisruptionBudget] = attrs.field(factory=dict)

@@ -24,12 +24,15 @@ import attrs
 import structlog
 
 from numasched.api.allocation import PodAllocation, ReportedAllocations
+from numasched.api.disruption_budget import DisruptionBudget
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo, UnknownHolder, pinned_holdings, unknown_part
 from numasched.api.pod_fingerprint import pods_fingerprint
+from numasched.api.queue_hierarchy import resolve_parents
 from numasched.api.snapshot import ClusterSnapshot, QueueInfo
 from numasched.api.task import QosClass, TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology
+from numasched.cache.convert_pdb import pdb_from_object
 from numasched.cache.convert_pod import (
     ConversionError,
     bound_pod_allocation,
@@ -51,7 +54,16 @@ from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent,
 log = structlog.get_logger("numasched.cache")
 
 ProblemHandler = Callable[[str, str, str], None]
-KINDS = ("Pod", "Node", "PodGroup", "Queue", "PriorityClass", "Numatopology", "NodeResourceTopology")
+KINDS = (
+    "Pod",
+    "Node",
+    "PodGroup",
+    "Queue",
+    "PriorityClass",
+    "Numatopology",
+    "NodeResourceTopology",
+    "PodDisruptionBudget",
+)
 _FINISHED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
 # Every TaskInfo field, in the order its __init__ takes them (all are init, none keyword-only).
 _task_fields = operator.attrgetter(*(field.name for field in attrs.fields(TaskInfo)))
@@ -124,6 +136,9 @@ class Cache:
         self._pod_groups: dict[str, JobInfo] = {}
         self._queues: dict[str, QueueInfo] = {}
         self._priority_classes: dict[str, int] = {}
+        self._disruption_budgets: dict[str, DisruptionBudget] = {}
+        # Per Queue, the spec.parent problem last said about it (api/queue_hierarchy.py).
+        self._queue_tree_said: dict[str, str] = {}
         self._numatopologies: dict[str, _TopologyRecord] = {}
         self._nrts: dict[str, _TopologyRecord] = {}
         self._assumed: dict[str, _Assumption] = {}
@@ -195,6 +210,7 @@ class Cache:
             "PriorityClass": self._on_priority_class,
             "Numatopology": self._on_numatopology,
             "NodeResourceTopology": self._on_nrt,
+            "PodDisruptionBudget": self._on_pdb,
         }
 
     @staticmethod
@@ -267,6 +283,7 @@ class Cache:
     def _on_queue(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
             self._queues.pop(key, None)
+            self._check_queue_tree()
             return
         queue, problems = queue_from_object(obj)
         self._queues[key] = queue
@@ -277,6 +294,36 @@ class Cache:
             log.warning("object read with defaults", kind="Queue", object=queue.name, problem=message)
             if self._on_problem is not None:
                 self._on_problem("Queue", queue.name, message)
+        # This event reset the queue's warnings to its own fields': what its place in the tree
+        # says is added back (it is not said again unless it changes).
+        said = self._queue_tree_said.get(queue.name)
+        if said:
+            own = self.warnings.get(("Queue", queue.name))
+            self.warnings[("Queue", queue.name)] = f"{own}; {said}" if own else said
+        self._check_queue_tree()
+
+    def _check_queue_tree(self) -> None:
+        """A spec.parent naming a missing queue, or parents in a cycle: said on each Queue (beside
+        what its own fields say) when it changes; the queue is used under the root meanwhile."""
+        found: dict[str, list[str]] = {}
+        for problem in resolve_parents(self._queues)[1]:
+            found.setdefault(problem.queue, []).append(problem.message)
+        for name in sorted(set(found) | set(self._queue_tree_said)):
+            message = "; ".join(found.get(name, []))
+            if self._queue_tree_said.get(name, "") == message:
+                continue
+            said = self._queue_tree_said.pop(name, "")
+            own = self.warnings.get(("Queue", name), "").replace(said, "").strip("; ")
+            combined = "; ".join(part for part in (own, message) if part)
+            if combined:
+                self.warnings[("Queue", name)] = combined
+            else:
+                self.warnings.pop(("Queue", name), None)
+            if message:
+                self._queue_tree_said[name] = message
+                log.warning("queue tree problem", kind="Queue", object=name, problem=message)
+                if self._on_problem is not None:
+                    self._on_problem("Queue", name, message)
 
     def _on_priority_class(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if obj is None:
@@ -284,6 +331,20 @@ class Cache:
             return
         name, value = priority_class_value(obj)
         self._priority_classes[name] = value
+
+    def _on_pdb(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        if obj is None:
+            self._disruption_budgets.pop(key, None)
+            return
+        budget, problems = pdb_from_object(obj)
+        self._disruption_budgets[key] = budget
+        if problems:
+            # The budget is used, each unreadable field on its safe side: said on it by name.
+            message = "; ".join(problems)
+            self.warnings[("PodDisruptionBudget", budget.key)] = message
+            log.warning("object read with defaults", kind="PodDisruptionBudget", object=budget.key, problem=message)
+            if self._on_problem is not None:
+                self._on_problem("PodDisruptionBudget", budget.key, message)
 
     def _on_numatopology(self, key: str, obj: Mapping[str, Any] | None) -> None:
         self._dirty.add(key)
@@ -489,6 +550,7 @@ class Cache:
         snapshot = ClusterSnapshot(
             queues={name: attrs.evolve(queue) for name, queue in self._queues.items()},
             priority_classes=dict(self._priority_classes),
+            disruption_budgets=dict(self._disruption_budgets),
         )
         if "default" not in snapshot.queues:
             snapshot.queues["default"] = QueueInfo("default")

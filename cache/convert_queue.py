@@ -2,7 +2,8 @@
 
 Every field the queue plugins read is taken as volcano-sh/apis declares it: spec.weight (int32),
 spec.capability, spec.guarantee.resource and spec.deserved (ResourceLists), spec.parent,
-spec.priority (int32), spec.reclaimable (bool), status.state and status.allocated (what the
+spec.priority (int32), spec.reclaimable (bool), the annotations volcano.sh/hierarchy and
+volcano.sh/hierarchy-weights (hierarchical DRF), status.state and status.allocated (what the
 scheduler last wrote, so it writes only a change). A field that cannot be read is
 reported by name and the queue keeps working with that field's default, so one typo in a quota
 never stops the queue's jobs from being scheduled.
@@ -21,6 +22,9 @@ from numasched.cache.convert_pod import ConversionError, metadata_of
 KIND = "Queue"
 _INT32_MAX = 2**31 - 1
 _INT32_MIN = -(2**31)
+# Volcano's hierarchical DRF reads the queue tree from these (volcano-sh/apis scheduling/v1beta1).
+HIERARCHY_ANNOTATION = "volcano.sh/hierarchy"
+HIERARCHY_WEIGHTS_ANNOTATION = "volcano.sh/hierarchy-weights"
 QUEUE_STATES = frozenset({"Open", "Closed", "Closing", "Unknown"})
 
 
@@ -59,7 +63,7 @@ def _resource_field(value: Any, field: str, problems: list[str]) -> Resource | N
 def queue_from_object(obj: Mapping[str, Any]) -> tuple[QueueInfo, list[str]]:
     """The queue and one message per field that could not be used (each names the field; the
     caller names the Queue). Raises ConversionError only when the object has no name."""
-    _, name, _ = metadata_of(obj, KIND)
+    _, name, metadata = metadata_of(obj, KIND)
     problems: list[str] = []
     spec = _mapping_field(obj.get("spec"), "spec", problems)
     status = _mapping_field(obj.get("status"), "status", problems)
@@ -80,8 +84,17 @@ def queue_from_object(obj: Mapping[str, Any]) -> tuple[QueueInfo, list[str]]:
     elif not isinstance(state, str) or state not in QUEUE_STATES:
         problems.append(f"status.state: expected one of {', '.join(sorted(QUEUE_STATES))}, got {state!r}; using Open")
         state = "Open"
+    annotations = _mapping_field(metadata.get("annotations"), "metadata.annotations", problems)
+    hierarchy, weights = annotations.get(HIERARCHY_ANNOTATION), annotations.get(HIERARCHY_WEIGHTS_ANNOTATION)
+    for key, value in ((HIERARCHY_ANNOTATION, hierarchy), (HIERARCHY_WEIGHTS_ANNOTATION, weights)):
+        if value is not None and not isinstance(value, str):
+            problems.append(f"metadata.annotations[{key}]: expected a string, got {value!r}; ignored")
+    hierarchy = hierarchy if isinstance(hierarchy, str) else None
+    weights = weights if isinstance(weights, str) else None
     queue = QueueInfo(
         name=name,
+        hierarchy=hierarchy or "",
+        hierarchy_weights=weights or "",
         weight=weight,
         state=state,
         capability=_resource_field(spec.get("capability"), "spec.capability", problems),

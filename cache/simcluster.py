@@ -19,8 +19,9 @@ from numasched.cache.binder import Binder, BindOutcome, BindRequest, BindStatus,
 from numasched.cache.cache import KINDS, Cache
 from numasched.cache.events import EventType, ObjectEvent, object_key, object_name
 
-# Kinds the simulator understands beyond those the cache converts.
-_CONFIG_KINDS = frozenset({"ConfigMap"})
+# Kinds the simulator understands beyond those the cache converts (PodDisruptionBudgets are kept
+# for `numasched defrag`, which reads them from the dump).
+_CONFIG_KINDS = frozenset({"ConfigMap", "PodDisruptionBudget"})
 
 
 @attrs.frozen(slots=True)

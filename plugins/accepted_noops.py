@@ -20,7 +20,6 @@ ACCEPTED_NOOP_PLUGINS: tuple[str, ...] = (
     "extender",
     "network-topology-aware",
     "nodegroup",
-    "pdb",
     "rescheduling",
     "resource-strategy-fit",
     "resourcequota",

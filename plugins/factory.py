@@ -12,6 +12,7 @@ from numasched.plugins import (
     nodeorder,
     numa_affinity_group,
     overcommit,
+    pdb,
     predicates,
     priority,
     proportion,
@@ -35,6 +36,7 @@ def register_builtin_plugins(registry: Registry, warnings: WarnOnce) -> None:
     registry.register_plugin(capacity.PLUGIN_NAME, capacity.build)
     registry.register_plugin(drf.PLUGIN_NAME, drf.build)
     registry.register_plugin(overcommit.PLUGIN_NAME, overcommit.build)
+    registry.register_plugin(pdb.PLUGIN_NAME, pdb.build)
     registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
     registry.register_plugin(task_topology.PLUGIN_NAME, task_topology.TaskTopologyBuilder())
     registry.register_plugin(numa_affinity_group.PLUGIN_NAME, numa_affinity_group.build)

@@ -19,11 +19,13 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 import attrs
+import numpy as np
 
 from numasched.api.node import NodeInfo, Taint
 from numasched.api.task import TaskInfo, Toleration
 from numasched.plugins.predicates import tolerates
 from numasched.scheduler.framework.arguments import Arguments
+from numasched.scheduler.framework.equivalence import Floats
 from numasched.scheduler.framework.session import Session
 
 PLUGIN_NAME = "nodeorder"
@@ -274,11 +276,11 @@ class NodeOrderPlugin:
     def score(self, task: TaskInfo, node: NodeInfo) -> float:
         return node_score(task, node, self.weights, self._request_of, self._requested_on)
 
-    def batch_score(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+    def batch_score(self, task: TaskInfo, nodes: Sequence[NodeInfo]) -> dict[str, float] | Floats:
         weight = self.weights.taint_toleration
         if not any(node.taints for node in nodes):
             # No candidate has a taint: every one scores the top (reverse_normalized of zeros).
-            return dict.fromkeys((node.name for node in nodes), float(MAX_NODE_SCORE * weight))
+            return np.full(len(nodes), float(MAX_NODE_SCORE * weight))
         return {name: float(score * weight) for name, score in taint_toleration_scores(task, nodes).items()}
 
     def equivalence_key(self, task: TaskInfo) -> Hashable:

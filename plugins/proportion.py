@@ -11,6 +11,7 @@ Extension points, as Volcano registers them:
 - jobEnqueued: a PodGroup is admitted only while minResources + allocated + inqueue - elastic
   stays within the queue's real capability; a Queue that is not Open admits nothing;
 - reclaimable: victims from queues holding more than they deserve, until they are back within it;
+- preemptive (reclaim asks it): as allocatable;
 - queue order and overused (numasched.scheduler.actions.queue_points.QueuePolicy): queues of higher
   spec.priority first, then the lowest share; a queue is overused once deserved <= allocated;
 - allocate / deallocate events keep each queue's allocated and share current within the session.
@@ -191,6 +192,11 @@ class ProportionPlugin:
             return True
         future = attr.allocated.clone().add(task.resreq)
         return not qs.exceeded_names(future, attr.deserved, task.resreq)
+
+    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        """Volcano's preemptiveFn for proportion: the queue may reclaim for the task while it may
+        take it (the allocatable check)."""
+        return self.allocatable(queue, task)
 
     def job_enqueueable(self, ssn: Session, job: JobInfo) -> int:
         queue = ssn.queue_of(job)

@@ -41,6 +41,11 @@ def _get(resource: Resource, name: str, missing: float) -> float:
     return resource.scalars.get(name, missing)
 
 
+def amount(resource: Resource, name: str) -> float:
+    """One dimension by name ("cpu", "memory" or a scalar; 0 when absent)."""
+    return _get(resource, name, 0.0)
+
+
 def _build(values: dict[str, float]) -> Resource:
     return Resource(values.pop("cpu", 0.0), values.pop("memory", 0.0), {name: value for name, value in values.items()})
 
@@ -118,13 +123,15 @@ def same(first: Resource, second: Resource) -> bool:
 
 
 def share(allocated: Resource, deserved: Resource) -> float:
-    """The largest allocated/deserved over deserved's dimensions (Volcano's queue share): a
-    dimension deserved 0 counts 1 when something of it is allocated."""
+    """The largest allocated/deserved over the dimensions deserved names (Volcano's queue share
+    over deserved.ResourceNames(): only dimensions of at least 0.1, so a CPU or memory deserved
+    nothing of does not count)."""
     result = 0.0
     for name in names(deserved):
-        held, owed = _get(allocated, name, 0.0), _get(deserved, name, 0.0)
-        ratio = (0.0 if held == 0 else 1.0) if owed == 0 else held / owed
-        result = max(result, ratio)
+        owed = _get(deserved, name, 0.0)
+        if owed < TOLERANCE:
+            continue
+        result = max(result, _get(allocated, name, 0.0) / owed)
     return result
 
 

@@ -33,7 +33,7 @@ from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyScope
 from numasched.cache.cache import Cache
 from numasched.conf.model import SchedulerConfig
 from numasched.plugins.numaaware.admission import container_request, containers_in_order, pod_request
-from numasched.plugins.numaaware.policy import PolicyError, parse_policy
+from numasched.plugins.numaaware.pod_policy import PodPolicyError, read_pod_spec
 from numasched.plugins.numaaware.providers.base import HintProvider, free_resources
 from numasched.scheduler.actions.preempt import VictimSearch, could_fit, units_for, victim_order
 from numasched.scheduler.framework.registry import Registry
@@ -130,13 +130,18 @@ def find_task(ssn: Session, key: str) -> TaskInfo | None:
 
 
 def _pod_asks(task: TaskInfo) -> str:
-    value = task.annotations.get(POLICY_ANNOTATION)
-    if value is None:
-        return ""
+    """The policy the pod's annotations ask for (pod_policy: ACK's, Koordinator's or Volcano's), with
+    "cpuset" / "static-burst" when the scheduler picks its CPUs; "invalid (...)" for a bad one."""
     try:
-        return parse_policy(value).value
-    except PolicyError:
-        return f"invalid ({value})"
+        spec = read_pod_spec(task)
+    except PodPolicyError as error:
+        return f"invalid ({error})"
+    asks = [spec.policy.value] if spec.policy is not None else []
+    if spec.exclusive is not None:
+        asks.append(f"singleNUMANodeExclusive {spec.exclusive.value}")
+    if spec.cpuset:
+        asks.append("static-burst" if spec.static_burst else "cpuset")
+    return ", ".join(asks)
 
 
 def node_policy(task: TaskInfo, topology: NumaTopology) -> NodePolicy:
@@ -281,7 +286,7 @@ def what_if(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[tuple[str, ..
         return None, "no pod on the node to make room"
     if not could_fit(task, node, candidates):
         return None, "the node is too small even with every pod gone"
-    ordered = sorted(candidates, key=functools.cmp_to_key(victim_order(ssn)))
+    ordered = sorted(candidates, key=functools.cmp_to_key(victim_order(ssn, task)))
     units = units_for(ssn, ordered, gang=False, vote=lambda _evictor, tasks: list(tasks), evictor=task)
     found = VictimSearch(ssn, task, node).smallest(units)
     if found is None:

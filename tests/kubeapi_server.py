@@ -57,6 +57,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True),
     ResourceType("scheduling.volcano.sh", "v1beta1", "queues", "Queue", False, ("status",)),
     ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("status",)),
 )
 
 # Lists merged by key in a strategic merge patch, as the Kubernetes types declare them.

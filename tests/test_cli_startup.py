@@ -29,7 +29,9 @@ def heavy_modules_after(argv: list[str]) -> str:
     return marked[0].removeprefix("HEAVY:")
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"], ["simulate", "--output", "json"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["simulate", "--help"], ["simulate", "--output", "json"], ["defrag", "--help"]]
+)
 def test_help_and_simulate_stay_light(argv: list[str]) -> None:
     assert heavy_modules_after(argv) == ""
 

@@ -34,6 +34,9 @@ PACKAGE = Path(numasched.__file__).resolve().parent
 DEPLOY = PACKAGE / "deploy"
 # Source that never runs in the cluster under these service accounts.
 EXCLUDED_TOP_LEVEL = frozenset({"tests", "hack", "docs", "deploy", ".venv", "build", "dist"})
+# Commands an operator runs with their own credentials, never under a service account of deploy/
+# (docs/defrag.md lists what they need).
+OPERATOR_MODULES = frozenset({"scheduler/defrag_command.py"})
 
 Triple = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 
@@ -427,9 +430,13 @@ def derived_permissions(modules: tuple[Module, ...] | None = None) -> dict[str, 
     """Per service account ("scheduler", "exporter"): the triples its code can request."""
     modules = package_modules() if modules is None else modules
     resolver = Resolver(modules)
-    found: dict[str, set[Triple]] = {"scheduler": set(), "exporter": set()}
+    found: dict[str, set[Triple]] = {"scheduler": set(), "exporter": set(), "operator": set()}
     for module in modules:
-        account = "exporter" if module.path.relative_to(PACKAGE).parts[0] == "exporter" else "scheduler"
+        relative = module.path.relative_to(PACKAGE)
+        if relative.as_posix() in OPERATOR_MODULES:
+            account = "operator"
+        else:
+            account = "exporter" if relative.parts[0] == "exporter" else "scheduler"
         for use in api_uses(module, resolver):
             _, _, subresource, names_one = request_shape(use.method.path)
             for verb in verbs_of(use.method.http_method, names_one, use.handed_to_informer):
@@ -628,3 +635,11 @@ def test_the_derivation_refuses_what_it_cannot_follow() -> None:
     source += "write(None, 'g' + 'h')\n"
     with pytest.raises(Unresolved, match="cannot follow"):
         derived_permissions((module_of(PACKAGE / "cache" / "kube" / "sample.py", source),))
+
+
+def test_operator_commands_request_what_their_docs_list() -> None:
+    # numasched defrag lists PodDisruptionBudgets itself; docs/defrag.md names it among what the
+    # operator running --apply needs, and no service account of deploy/ is granted it for that.
+    assert derived_permissions()["operator"] == {("policy", "poddisruptionbudgets", "list")}
+    docs = (PACKAGE / "docs" / "defrag.md").read_text(encoding="utf-8")
+    assert "poddisruptionbudgets" in docs

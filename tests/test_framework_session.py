@@ -162,7 +162,7 @@ def test_disabled_points_fall_back_to_their_defaults() -> None:
     assert ssn.predicate(TASK, NODE) == SUCCESS
     assert ssn.pre_predicate(TASK) == SUCCESS
     assert ssn.node_order(TASK, NODE) == 0.0
-    assert ssn.batch_node_order(TASK, [NODE]) == {}
+    assert ssn.batch_node_order(TASK, [NODE]).tolist() == [0.0]
     assert ssn.best_node(TASK, {0.0: [NODE]}) is None
     assert ssn.job_ready(JOB) is True
     assert ssn.job_pipelined(JOB) is True
@@ -223,7 +223,9 @@ def test_node_order_and_batch_node_order_sum_over_plugins() -> None:
     ssn.add_batch_node_order_fn("a", lambda t, ns: {"n1": 1.0, "n2": 2.0})
     ssn.add_batch_node_order_fn("b", lambda t, ns: {"n2": 3.0, "n3": 4.0})
     ssn.add_batch_node_order_fn("c", lambda t, ns: {"n1": 50.0})
-    assert ssn.batch_node_order(TASK, [NODE]) == {"n1": 1.0, "n2": 5.0, "n3": 4.0}
+    nodes = [NodeInfo.create(name, Resource(milli_cpu=1000)) for name in ("n1", "n2", "n3", "n4")]
+    # Per candidate, in their order; a node no plugin scores gets 0.
+    assert ssn.batch_node_order(TASK, nodes).tolist() == [1.0, 5.0, 4.0, 0.0]
 
 
 def test_best_node_is_the_first_plugin_in_tier_order_that_names_one() -> None:

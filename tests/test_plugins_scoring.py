@@ -309,9 +309,10 @@ def test_taint_toleration_batch_score_on_a_session() -> None:
     spot.taints = (Taint("spot", "yes", "PreferNoSchedule"),)
     text = "actions: allocate\ntiers:\n- plugins:\n  - name: nodeorder\n    arguments: {tainttoleration.weight: 2}\n"
     ssn = session_with(text, {"clean": clean, "spot": spot})
-    assert ssn.batch_node_order(make_task(cpu="1"), [clean, spot]) == {"clean": 200.0, "spot": 0.0}
+    assert ssn.batch_node_order(make_task(cpu="1"), [clean, spot]).tolist() == [200.0, 0.0]
     off = text.replace("tainttoleration.weight: 2", "tainttoleration.weight: 0")
-    assert session_with(off, {"clean": clean, "spot": spot}).batch_node_order(make_task(cpu="1"), [clean, spot]) == {}
+    unweighted = session_with(off, {"clean": clean, "spot": spot})
+    assert unweighted.batch_node_order(make_task(cpu="1"), [clean, spot]).tolist() == [0.0, 0.0]
 
 
 def test_builders_keep_their_arguments() -> None:

@@ -198,3 +198,24 @@ def test_drf_orders_jobs_by_dominant_share() -> None:
     config = SchedulerConfig(actions=("allocate",), tiers=(Tier((PluginOption("drf"),)),))
     result = run_session(snapshot, config, default_registry())
     assert [request.task.name for request in result.bind_requests] == ["b1"]
+
+
+def test_allocate_takes_turns_between_queues_and_stops_at_overused_ones() -> None:
+    """Volcano's allocate: each turn the queue first in queue order (proportion: the lower share)
+    that is not overused gives one job. On 8 CPUs queue a (weight 1) deserves 2 and b (weight 3)
+    6: a gets two jobs and b six, and the rest wait because their queue is overused. Taking queues
+    by name would give a all four of its jobs (there is no allocatable check here)."""
+    nodes = [node("n1", 8, 8 * GI)]
+    counts = {"a": 4, "b": 8}
+    jobs = [
+        group(f"{queue}{index}", queue, "Inqueue", [pod(f"{queue}{index}-0", f"{queue}{index}", res(1, GI))], None)
+        for queue, count in counts.items()
+        for index in range(count)
+    ]
+    queues = [QueueInfo("a", weight=1), QueueInfo("b", weight=3)]
+    option = PluginOption("proportion", flags={"allocatable": False, "overused": True, "jobEnqueued": False})
+    placed = bound(nodes, jobs, queues, option)
+    assert sorted(placed) == sorted([f"ns1/a{i}-0" for i in range(2)] + [f"ns1/b{i}-0" for i in range(6)])
+    waiting = [task for job in jobs for task in job.tasks.values() if task.name in ("a2-0", "a3-0", "b6-0", "b7-0")]
+    assert len(waiting) == 4
+    assert all("overused" in task.fit_error for task in waiting)

@@ -50,6 +50,7 @@ _KINDS: dict[str, tuple[str, str, str, bool]] = {
     "Queue": ("scheduling.volcano.sh", "v1beta1", "queues", False),
     "Numatopology": ("nodeinfo.volcano.sh", "v1alpha1", "numatopologies", False),
     "NodeResourceTopology": ("topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", False),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets", True),
 }
 
 

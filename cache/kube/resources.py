@@ -115,6 +115,7 @@ def build_informers(
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     scheduling = client.SchedulingV1Api(api_client)
+    policy = client.PolicyV1Api(api_client)
 
     def custom_list(group: str, version: str, plural: str) -> Callable[..., Awaitable[Any]]:
         return functools.partial(custom.list_cluster_custom_object, group, version, plural)
@@ -125,6 +126,16 @@ def build_informers(
         ),
         Informer("Node", "v1", core.list_node, cache, timing=timing),
         Informer("PriorityClass", "scheduling.k8s.io/v1", scheduling.list_priority_class, cache, timing=timing),
+        # Optional: without list/watch on PodDisruptionBudgets the pdb plugin sees none (the
+        # Eviction API still enforces them).
+        Informer(
+            "PodDisruptionBudget",
+            "policy/v1",
+            policy.list_pod_disruption_budget_for_all_namespaces,
+            cache,
+            optional=True,
+            timing=timing,
+        ),
         Informer(
             "PodGroup",
             "scheduling.volcano.sh/v1beta1",

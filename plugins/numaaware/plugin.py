@@ -18,14 +18,17 @@ no ids for that resource, and the pod itself counts as a holder of unknown ids f
 the session (its annotation will say the same to the next cycle's cache).
 
 Pod annotation volcano.sh/numa-topology-policy asks for a policy; when it is stricter than the
-node's kubelet policy it is enforced here on the scheduler side.
+node's kubelet policy it is enforced here on the scheduler side. ACK's and Koordinator's pod-level
+annotations (pod_policy.py: numa-topology-spec, cpuset-scheduler, cpu-policy: static-burst) add
+agent-pinned CPUs decided under the pod's policy, singleNUMANodeExclusive (exclusivity.py) and
+L3 rounding (providers/cpu_burst.py); docs/policies.md, "Node-level and pod-level policy".
 
 Scores: fewer NUMA nodes first (Volcano's normalisation, 0-100 times weight); for device pods,
 plus up to a quarter of that for the better-linked device set (link_scores).
 
 A plugin implementing restriction.RestrictsNuma (numa-affinity-group) may keep a pod with its
-group: the pod is then placed in full on each node, and the node admitted only when that
-placement (and its gang companions' after it) stays on the group's NUMA nodes.
+group: a node is then admitted only when the pod's placement there (and its gang companions'
+after it) stays on the group's NUMA nodes.
 
 Per feasible node the predicate only decides admission and the NUMA span the score needs
 (admission.admit_pod: hints and merge where that is exact, the full placement otherwise). The
@@ -42,6 +45,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import numpy as np
 import structlog
 
 from numasched.api.allocation import PodAllocation
@@ -58,9 +62,31 @@ from numasched.plugins.numaaware.admission import (
     place_pod,
     pod_request,
 )
+from numasched.plugins.numaaware.exclusivity import (
+    EXCLUSIVE_POLICIES,
+    NumaOccupancy,
+    avoid_sets,
+    conflict,
+    describe_conflict,
+    occupancy,
+    without_numa,
+)
+from numasched.plugins.numaaware.pod_policy import (
+    POD_POLICY_ANNOTATIONS,
+    AgentViews,
+    Enforcer,
+    Exclusivity,
+    PodPolicyError,
+    PodTopologySpec,
+    agent_task,
+    effective_policy,
+    enforcer,
+    read_pod_spec,
+)
 from numasched.plugins.numaaware.policy import PolicyError, check_numa_node_limit, parse_policy
 from numasched.plugins.numaaware.providers.base import FreeResources, HintProvider, free_resources
 from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory, guaranteed_cpus
+from numasched.plugins.numaaware.providers.cpu_burst import burst_allocation
 from numasched.plugins.numaaware.providers.device import (
     ARG_DEVICE_RESOURCES,
     DeviceProvider,
@@ -70,9 +96,10 @@ from numasched.plugins.numaaware.providers.device import (
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
-from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, place_within, restriction_of
+from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, keeps_group, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
+from numasched.scheduler.framework.equivalence import Candidates, Floats, Objects
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -270,6 +297,8 @@ class NumaAwarePlugin:
         self._session: Session | None = None
         self._own_state = CycleState("")
         self._own_task: TaskInfo | None = None
+        # Per node: its NUMA occupancy (exclusivity) at a generation.
+        self._occupancies: dict[str, tuple[int, NumaOccupancy]] = {}
         # Whether a plugin of the session restricts NUMA placement (restriction.py); None: not asked.
         self._restricting: bool | None = None
 
@@ -284,13 +313,19 @@ class NumaAwarePlugin:
         self._session = ssn
         ssn.add_pre_predicate_fn(PLUGIN_NAME, self.pre_predicate)
         ssn.add_predicate_fn(PLUGIN_NAME, self.predicate)
-        ssn.add_score_parts(PLUGIN_NAME, self.score_part, self.combine_scores)
+        ssn.add_score_parts(
+            PLUGIN_NAME,
+            self.score_part,
+            self.combine_scores,
+            number=numa_count_of,
+            combine_numbers=self.combine_numa_counts,
+        )
         ssn.add_event_handler(EventHandler(allocate=self.on_allocate, deallocate=self.on_deallocate))
 
     def equivalence_key(self, task: TaskInfo) -> Hashable:
         """Admission reads the pod's policy annotation and its shape (QoS, containers' requests and
         limits); reasons that name the pod are never shared by the engine."""
-        return (task.annotations.get(POLICY_ANNOTATION), task_shape(task))
+        return (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), task_shape(task))
 
     def on_session_close(self, ssn: Session) -> None:
         self._session = None
@@ -340,14 +375,14 @@ class NumaAwarePlugin:
         state = self._cycle_state(task)
         data: _PodData | None = state.get(_POD_KEY)
         if data is None:
+            # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations), read once.
+            spec = PodTopologySpec()
             try:
-                policy: TopologyPolicy | Status | None = pod_policy(task)
-            except PolicyError as error:
-                policy = Status(
-                    StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                    f"pod {task.key}: annotation {POLICY_ANNOTATION}: {error}",
-                    PLUGIN_NAME,
-                )
+                spec = read_pod_spec(task)
+                policy: TopologyPolicy | Status | None = spec.policy
+            except PodPolicyError as error:
+                policy = Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"pod {task.key}: {error}", PLUGIN_NAME)
+            state.write(_SPEC_KEY, spec)
             data = _PodData(policy, task_shape(task), {}, {})
             state.write(_POD_KEY, data)
         return data
@@ -366,13 +401,44 @@ class NumaAwarePlugin:
         if isinstance(requested, Status):
             return requested
         topology = node.topology
+        spec = self._spec(task)
         if topology is None:
+            if spec.cpuset:
+                why = "rejected" if node.topology_error else "missing"
+                return Status(
+                    StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                    f"node(s) had no usable NUMA topology ({why}); pod asks for pinned CPUs",
+                    PLUGIN_NAME,
+                )
             return self._without_topology(task, node, requested)
         node_policy = topology.policies.topology_manager_policy
         refusal = check_numa_node_limit(node_policy, len(topology.numa_ids), topology.policies.max_allowable_numa_nodes)
         if refusal is not None:
             return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, refusal, PLUGIN_NAME)
+        if spec.cpuset or spec.exclusive is not None:
+            who = enforcer(spec, task, topology.policies)
+            if isinstance(who, str):
+                return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, who, PLUGIN_NAME)
+            return effective_policy(spec, node_policy, who)
         return stricter(node_policy, requested)
+
+    def _spec(self, task: TaskInfo) -> PodTopologySpec:
+        self._pod(task)
+        spec: PodTopologySpec = self._cycle_state(task).get(_SPEC_KEY)
+        return spec
+
+    def _subject(self, task: TaskInfo, topology: NumaTopology) -> tuple[TaskInfo, NumaTopology]:
+        """The pod and node as admission sees them: as they are, or, for a pod the agent pins
+        (pod_policy.enforcer), the agent's view (the pod's pinned CPUs, the static CPU manager)."""
+        spec = self._spec(task)
+        if not spec.cpuset or enforcer(spec, task, topology.policies) is not Enforcer.AGENT:
+            return task, topology
+        state = self._cycle_state(task)
+        view: TaskInfo | None = state.get(_VIEW_KEY)
+        if view is None:
+            view = agent_task(task)
+            state.write(_VIEW_KEY, view)
+        return view, self.tables.agent_views.topology(topology, spec)
 
     def _without_topology(self, task: TaskInfo, node: NodeInfo, requested: TopologyPolicy | None) -> Status | None:
         """A node whose topology is missing or was rejected: a pod that asks for a policy cannot
@@ -421,14 +487,19 @@ class NumaAwarePlugin:
         if isinstance(policy, Status):
             return policy
         assert node.topology is not None
-        restriction = self._restriction(task, node)
-        if restriction is not None:
-            placement = self._place_restricted(task, node.topology, free_resources(node), policy, restriction)
-        else:
-            placement = place_pod(task, node.topology, free_resources(node), self.providers, policy)
+        subject, topology = self._subject(task, node.topology)
+        free = free_resources(node)
+        placement = place_pod(subject, topology, free, self.providers, policy)
         if not placement.admitted:
             return Status.unschedulable(placement.reason, PLUGIN_NAME)
-        return placement
+        ruled = self._exclusive(task, subject, node, topology, free, policy, placement)
+        # Given a Placement, _exclusive answers with a Placement (this one or another) or a Status.
+        assert not isinstance(ruled, Admission)
+        if isinstance(ruled, Placement):
+            apart = self._apart_from_group(task, subject, node, topology, free, policy, ruled)
+            if apart is not None:
+                return apart
+        return ruled
 
     def admit(self, task: TaskInfo, node: NodeInfo) -> Placement | Admission | Status:
         """Whether the task fits this node and how many NUMA nodes it spans there, choosing the ids
@@ -438,11 +509,8 @@ class NumaAwarePlugin:
             return Placement(True)
         if isinstance(policy, Status):
             return policy
-        topology = node.topology
-        assert topology is not None
-        restriction = self._restriction(task, node)
-        if restriction is not None:
-            return self._admit_restricted(task, node, topology, policy, restriction)
+        assert node.topology is not None
+        subject, topology = self._subject(task, node.topology)
         state = self._node_state(node, topology)
         pod = self._pod(task)
         shape = pod.shape_ids.get(policy)
@@ -451,16 +519,52 @@ class NumaAwarePlugin:
             shape = pod.shape_ids[policy] = self.tables.shape_id((policy, pod.shape))
         outcome = state.outcomes.get(shape)
         if outcome is None:
-            outcome = self._equivalent_outcome(task, node, topology, state, shape, policy)
+            outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy)
         if isinstance(outcome, Status):
             return outcome
+        outcome = self._exclusive(task, subject, node, topology, state.free, policy, outcome)
+        if isinstance(outcome, Status):
+            return outcome
+        apart = self._apart_from_group(task, subject, node, topology, state.free, policy, outcome)
+        if apart is not None:
+            return apart
         pod.decided[node.name] = _Decision(
             outcome, state.free, topology, policy, (state.class_id, shape), node.generation, outcome.numa.count()
         )
         return outcome
 
     # -- NUMA restrictions (restriction.py): another plugin (numa-affinity-group) admits the node
-    # only if the pod's placement there keeps its group together; placed in full, decided alone.
+    # only if the pod's placement there keeps it with its group. Checked, never steered.
+
+    def _apart_from_group(
+        self,
+        task: TaskInfo,
+        subject: TaskInfo,
+        node: NodeInfo,
+        topology: NumaTopology,
+        free: FreeResources,
+        policy: TopologyPolicy,
+        outcome: Placement | Admission,
+    ) -> Status | None:
+        """Why this outcome would take the pod away from its group; None when it keeps it there
+        or nothing restricts the pod."""
+        restriction = self._restriction(task, node)
+        if restriction is None:
+            return None
+        allocation = outcome.allocation if isinstance(outcome, Placement) else None
+        if isinstance(outcome, Admission) and restriction.companions:
+            allocation = allocate_admitted(subject, outcome, topology, free, self.providers, policy).allocation
+        node_policy = topology.policies.topology_manager_policy
+
+        def place(companion: TaskInfo, pool: FreeResources) -> Placement:
+            try:
+                companion_policy = stricter(node_policy, pod_policy(companion))
+            except PolicyError as error:
+                return Placement(False, f"pod {companion.key}: annotation {POLICY_ANNOTATION}: {error}")
+            return place_pod(companion, topology, pool, self.providers, companion_policy)
+
+        why = keeps_group(outcome.numa, allocation, restriction, free, place)
+        return Status.unschedulable(why, PLUGIN_NAME) if why else None
 
     def _restriction(self, task: TaskInfo, node: NodeInfo) -> NumaRestriction | None:
         ssn = self._session
@@ -474,50 +578,9 @@ class NumaAwarePlugin:
         state = self._cycle_state(task)
         restrict = state.get(_RESTRICTION_KEY, _UNASKED_RESTRICTION)
         if restrict is _UNASKED_RESTRICTION:
-            restrict = restriction_of(self._session, task)
+            restrict = restriction_of(ssn, task)
             state.write(_RESTRICTION_KEY, restrict)
         return None if restrict is None else restrict(node)
-
-    def _place_restricted(
-        self,
-        task: TaskInfo,
-        topology: NumaTopology,
-        free: FreeResources,
-        policy: TopologyPolicy,
-        restriction: NumaRestriction,
-    ) -> Placement:
-        node_policy = topology.policies.topology_manager_policy
-
-        def place(pod: TaskInfo, pool: FreeResources) -> Placement:
-            pod_policy_on_node = policy
-            if pod is not task:
-                try:
-                    pod_policy_on_node = stricter(node_policy, pod_policy(pod))
-                except PolicyError as error:
-                    return Placement(False, f"pod {pod.key}: annotation {POLICY_ANNOTATION}: {error}")
-            return place_pod(pod, topology, pool, self.providers, pod_policy_on_node)
-
-        return place_within(task, restriction, free, place)
-
-    def _admit_restricted(
-        self,
-        task: TaskInfo,
-        node: NodeInfo,
-        topology: NumaTopology,
-        policy: TopologyPolicy,
-        restriction: NumaRestriction,
-    ) -> Placement | Status:
-        free = self._node_state(node, topology).free
-        placement = self._place_restricted(task, topology, free, policy, restriction)
-        if not placement.admitted:
-            return Status.unschedulable(placement.reason, PLUGIN_NAME)
-        # An id of its own, so nothing computed for it (the link quality) serves another decision.
-        companions = tuple(companion.uid for companion in restriction.companions)
-        own = self.tables.shape_id(("restricted", task.uid, node.name, node.generation, companions))
-        self._pod(task).decided[node.name] = _Decision(
-            placement, free, topology, policy, (0, own), node.generation, placement.numa.count()
-        )
-        return placement
 
     def _node_state(self, node: NodeInfo, topology: NumaTopology) -> _NodeState:
         """Admission depends only on the node's topology content and what is pinned there
@@ -569,12 +632,89 @@ class NumaAwarePlugin:
         state.outcomes[shape] = placed
         return placed
 
+    def _occupancy(self, node: NodeInfo, topology: NumaTopology) -> NumaOccupancy:
+        """Which NUMA nodes of the node hold single-NUMA and spanning pods (exclusivity), from
+        its tasks' decisions; kept per node generation for this session."""
+        known = self._occupancies.get(node.name)
+        if known is not None and known[0] == node.generation:
+            return known[1]
+        found = occupancy((t.allocation for t in node.tasks.values() if t.allocation is not None), topology)
+        self._occupancies[node.name] = (node.generation, found)
+        return found
+
+    def _exclusive(
+        self,
+        task: TaskInfo,
+        subject: TaskInfo,
+        node: NodeInfo,
+        topology: NumaTopology,
+        free: FreeResources,
+        policy: TopologyPolicy,
+        outcome: Placement | Admission,
+    ) -> Placement | Admission | Status:
+        """singleNUMANodeExclusive (exclusivity.py): the outcome when it keeps the rule; else, for a
+        pod the agent pins, a placement on NUMA nodes that keep it; else Required refuses the node
+        and Preferred keeps the outcome (the score ranks it lower)."""
+        exclusive = self._spec(task).exclusive
+        if exclusive is None or policy not in EXCLUSIVE_POLICIES or not outcome.numa.count():
+            return outcome
+        state = self._occupancy(node, topology)
+        broken = conflict(outcome.numa, state)
+        if not broken:
+            return outcome
+        if subject is not task:
+            for avoid in avoid_sets(state):
+                placed = place_pod(subject, topology, without_numa(free, avoid, topology), self.providers, policy)
+                if placed.admitted and placed.numa.count() and not conflict(placed.numa, state):
+                    return placed
+        if exclusive is Exclusivity.PREFERRED:
+            return outcome
+        return Status.unschedulable(describe_conflict(outcome.numa, broken, exclusive), PLUGIN_NAME)
+
+    def _preferred_penalties(self, task: TaskInfo, nodes: Sequence[NodeInfo], scores: dict[str, float]) -> None:
+        """singleNUMANodeExclusive Preferred: a node whose placement breaks the rule loses the
+        NUMA score's whole range, so it ranks below every node that keeps it."""
+        if self._spec(task).exclusive is not Exclusivity.PREFERRED:
+            return
+        decided = self._pod(task).decided
+        for node in nodes:
+            decision = decided.get(node.name)
+            if node.name in scores and decision is not None and self._breaks_rule(node, decision):
+                scores[node.name] -= MAX_NODE_SCORE * self.weight
+
+    def _preferred_penalty_array(self, task: TaskInfo, candidates: Candidates, parts: Objects, scores: Floats) -> None:
+        """_preferred_penalties on the arrays of combine_numa_counts."""
+        if self._spec(task).exclusive is not Exclusivity.PREFERRED:
+            return
+        for position, node in enumerate(candidates):
+            part = parts[position]
+            if isinstance(part, _ScorePart) and self._breaks_rule(node, part.decision):
+                scores[position] -= MAX_NODE_SCORE * self.weight
+
+    def _breaks_rule(self, node: NodeInfo, decision: _Decision) -> bool:
+        if node.topology is None or decision.policy not in EXCLUSIVE_POLICIES:
+            return False
+        return bool(conflict(decision.outcome.numa, self._occupancy(node, decision.topology)))
+
     def _remember(self, task: TaskInfo, node_name: str, decision: _Decision) -> None:
         # Kept in the pod's CycleState: its nodes' decisions serve its scoring and its allocation.
         self._pod(task).decided[node_name] = decision
 
     def _recall(self, task: TaskInfo, node_name: str) -> _Decision | None:
         return self._pod(task).decided.get(node_name)
+
+    def _scored_decision(self, task: TaskInfo, node_name: str) -> _Decision | None:
+        """The decision in the score part of the chosen node, when the candidates were scored on
+        arrays (combine_numa_counts keeps the parts, not a decision per candidate)."""
+        scored = self._pod(task).scored
+        if not scored:
+            return None
+        candidates, parts = scored[0]
+        for position, node in enumerate(candidates):
+            if node.name == node_name:
+                part = parts[position]
+                return part.decision if isinstance(part, _ScorePart) else None
+        return None
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
         outcome = self.admit(task, node)
@@ -612,6 +752,7 @@ class NumaAwarePlugin:
                 decided[node_name] = part.decision
                 counts[node_name] = part.decision.numa_count
         scores = normalized_scores(counts, self.weight)
+        self._preferred_penalties(task, nodes, scores)
         # Link quality can only reorder nodes within its own range of the best NUMA score, so the
         # device sets (a full placement each) are chosen on those nodes only.
         linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
@@ -636,6 +777,49 @@ class NumaAwarePlugin:
                 qualities[node_name] = part.quality
         for node_name, bonus in link_scores(qualities, self.weight).items():
             scores[node_name] = scores.get(node_name, 0.0) + bonus
+        return scores
+
+    def combine_numa_counts(self, task: TaskInfo, candidates: Candidates, parts: Objects, counts: Floats) -> Floats:
+        """combine_scores on arrays: the candidates' NUMA counts (numa_count_of their parts; -1
+        where the node has no admission) give the scores in the candidates' order."""
+        pod = self._pod(task)
+        pod.decided.clear()
+        pod.scored[:] = [(candidates, parts)]
+        scored = counts >= 0
+        numa_counts = counts.astype(np.int64)
+        highest = int(numa_counts[scored].max(initial=0))
+        if highest == 0:
+            scores = np.where(scored, float(MAX_NODE_SCORE * self.weight), 0.0)
+        else:
+            scores = np.where(
+                scored,
+                ((MAX_NODE_SCORE - MAX_NODE_SCORE * numa_counts // highest) * self.weight).astype(np.float64),
+                0.0,
+            )
+        self._preferred_penalty_array(task, candidates, parts, scores)
+        linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
+        if not linked or not scored.any():
+            return scores
+        best = float(scores[scored].max())
+        reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
+        qualities: dict[str, tuple[int, ...]] = {}
+        positions: dict[str, int] = {}
+        for position in np.flatnonzero(scored & (scores >= best - reach)).tolist():
+            node = candidates[position]
+            topology = node.topology
+            if topology is None or not topology.links:
+                continue
+            part = parts[position]
+            assert isinstance(part, _ScorePart)
+            if part.quality is _UNKNOWN_QUALITY:
+                resources = tuple(name for name in linked if name in topology.devices)
+                part.quality = self._set_quality(task, node, part.decision, resources) if resources else None
+            if part.quality is not None:
+                assert isinstance(part.quality, tuple)
+                qualities[node.name] = part.quality
+                positions[node.name] = position
+        for node_name, bonus in link_scores(qualities, self.weight).items():
+            scores[positions[node_name]] += bonus
         return scores
 
     def _set_quality(
@@ -683,7 +867,7 @@ class NumaAwarePlugin:
         """Decide the task's CPUs, devices and memory on its node. The statement then accounts
         task.allocation in the node's NUMA ledger, so later pods of this session see it."""
         task, node = event.task, event.node
-        decision = self._recall(task, node.name)
+        decision = self._recall(task, node.name) or self._scored_decision(task, node.name)
         self._forget_node(task, node.name)
         if node.topology is None:
             return
@@ -704,6 +888,11 @@ class NumaAwarePlugin:
             )
             return
         task.allocation = outcome.allocation
+        if task.allocation is not None and self._spec(task).static_burst:
+            subject, topology = self._subject(task, node.topology)
+            if subject is not task:
+                # static-burst: whole L3 groups where free (the pod's own CPUs are not yet held).
+                task.allocation = burst_allocation(task.allocation, topology, node.free_cpus())
         if task.allocation is not None:
             self._leave_out_unknown_ids(task, node)
 
@@ -722,7 +911,7 @@ class NumaAwarePlugin:
     def _allocation(self, task: TaskInfo, node: NodeInfo, decision: _Decision | None) -> Placement | Status:
         """The predicate's decision completed when the node is as the predicate saw it, else a
         fresh full placement."""
-        topology = node.topology
+        subject, topology = (task, None) if node.topology is None else self._subject(task, node.topology)
         if decision is None or decision.topology is not topology or self._policy(task, node) != decision.policy:
             return self.place(task, node)
         free = decision.free
@@ -739,7 +928,7 @@ class NumaAwarePlugin:
         completed = self._completed.get(decision.equivalence)
         if completed is not None:
             return completed
-        placement = allocate_admitted(task, decision.outcome, topology, free, self.providers, decision.policy)
+        placement = allocate_admitted(subject, decision.outcome, topology, free, self.providers, decision.policy)
         if not placement.admitted:
             return Status.unschedulable(placement.reason, PLUGIN_NAME)
         self._completed[decision.equivalence] = placement
@@ -780,6 +969,8 @@ class AdmissionTables:
         self.completed: dict[tuple[int, int], Placement] = {}
         # Link quality of the device sets chosen per class, shape and device resources.
         self.qualities: dict[tuple[int, int, tuple[str, ...]], tuple[int, int, int] | None] = {}
+        # The agent's view of each node topology, for pods the agent pins (pod_policy).
+        self.agent_views = AgentViews()
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -877,6 +1068,12 @@ class _Decision:
 _UNKNOWN_QUALITY = object()
 
 
+def numa_count_of(part: object) -> float:
+    """The number combine_numa_counts reads of a score part: the NUMA nodes the admission spans,
+    -1 where the node has no admission."""
+    return float(part.decision.numa_count) if isinstance(part, _ScorePart) else -1.0
+
+
 class _ScorePart:
     """numa-aware's score part for one node (memoised by the engine per pod class and node
     generation): the admission, and the link quality of its device set once computed."""
@@ -891,6 +1088,8 @@ class _ScorePart:
 # CycleState keys of this plugin.
 _POD_KEY = "numa-aware/pod"
 _NEEDS_KEY = "numa-aware/pinned-needs"
+_SPEC_KEY = "numa-aware/pod-spec"
+_VIEW_KEY = "numa-aware/agent-view"
 # The pod's NUMA restriction per node (restriction.py), asked once per pod.
 _RESTRICTION_KEY = "numa-aware/restriction"
 _UNASKED_RESTRICTION = object()
@@ -906,6 +1105,8 @@ class _PodData:
     decided: dict[str, _Decision]
     # Per policy it is admitted under, the id of (policy, shape) in AdmissionTables.
     shape_ids: dict[TopologyPolicy, int]
+    # The candidates last scored and their score parts (combine_numbers): the decisions on them.
+    scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:

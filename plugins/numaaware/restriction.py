@@ -2,9 +2,9 @@
 
 A plugin that implements RestrictsNuma (numa-affinity-group is the built-in one) is asked once per
 pod being decided; it answers None (no restriction for this pod anywhere) or a function of the
-node giving a NumaRestriction or None. numa-aware then places the pod in full on the node, as
-it always does (the kubelet's own choice of NUMA nodes and ids, which numa-aware reproduces), and
-admits the node only when that placement keeps the group together: the NUMA nodes its pinned
+node giving a NumaRestriction or None. numa-aware decides the pod on the node as it always does
+(the kubelet's own choice of NUMA nodes and ids, which numa-aware reproduces), and admits the
+node only when that outcome keeps the group together: the NUMA nodes its pinned
 resources land on lie within the allowed ones and include one of the core (every pinned pod of
 the group there holds a core NUMA node, so any two of them share one).
 
@@ -137,35 +137,30 @@ def joined(allowed: NumaMask, core: NumaMask, numa: NumaMask) -> tuple[NumaMask,
     return allowed | numa, numa if core.is_empty() else core & numa
 
 
-def place_within(
-    task: TaskInfo,
+def keeps_group(
+    numa: NumaMask,
+    allocation: PodAllocation | None,
     restriction: NumaRestriction,
     free: FreeResources,
     place: PlaceFn,
-) -> Placement:
-    """The pod's placement on the node (`place`: as the kubelet will make it), or a refusal when
-    it, or a companion placed after it, would not be with the group (module doc)."""
-    placement = place(task, free)
-    if not placement.admitted:
-        return placement
-    problem = apart(placement.numa, restriction.allowed, restriction.core)
+) -> str:
+    """Why the pod, placed on `numa` with `allocation` (as the kubelet will place it), or a
+    companion placed after it, would not be with its group; "" when all would (module doc)."""
+    problem = apart(numa, restriction.allowed, restriction.core)
     if problem:
-        return Placement(False, f"{restriction.label}: the pod would be aligned to {problem}")
-    allowed, core = joined(restriction.allowed, restriction.core, placement.numa)
-    pool = free_after(free, placement.allocation)
+        return f"{restriction.label}: the pod would be aligned to {problem}"
+    allowed, core = joined(restriction.allowed, restriction.core, numa)
+    pool = free_after(free, allocation)
     for companion in restriction.companions:
         following = place(companion, pool)
         if not following.admitted:
-            return Placement(
-                False,
+            return (
                 f"{restriction.label}: {companion.key} of the same gang could not follow onto this node: "
-                f"{following.reason}",
+                f"{following.reason}"
             )
         problem = apart(following.numa, allowed, core)
         if problem:
-            return Placement(
-                False, f"{restriction.label}: {companion.key} of the same gang would follow onto {problem}"
-            )
+            return f"{restriction.label}: {companion.key} of the same gang would follow onto {problem}"
         allowed, core = joined(allowed, core, following.numa)
         pool = free_after(pool, following.allocation)
-    return placement
+    return ""

@@ -1,8 +1,10 @@
 """allocate: place the pending tasks that ask for resources, job by job, gang-aware (Volcano).
 
-Queues in name order, their jobs in job order, each job's pending tasks in task order. A task
-goes to the best node that passes the resource check and the predicates; the job's placements
-are bound together once the job is ready, kept when it is pipelined, rolled back otherwise.
+Queues as Volcano takes them (each turn, the first queue by queue order that is not overused
+gives its next job in job order; queues in name order when no plugin orders them), each job's
+pending tasks in task order. A task goes to the best node that passes the resource check and the
+predicates; the job's placements are bound together once the job is ready, kept when it is
+pipelined, rolled back otherwise.
 
 On a big cluster a task does not need every feasible node to get a good one: as Volcano and
 kube-scheduler do, the predicate scan stops once enough nodes have passed, and the next task's scan
@@ -14,18 +16,28 @@ checked against every node, so its "0/N nodes are available" message counts them
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 import structlog
 
 from numasched.api.job import JobInfo
 from numasched.api.node import NodeInfo
 from numasched.api.snapshot import QueueInfo
 from numasched.api.task import TaskInfo
+from numasched.scheduler.actions import queue_points
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
-from numasched.scheduler.framework.equivalence import FAILURES, GENERATION, SCORE, ClassAnswers, EquivalenceMemo
+from numasched.scheduler.framework.equivalence import (
+    Candidates,
+    ClassAnswers,
+    EquivalenceMemo,
+    Floats,
+    Ints,
+    NodeIndex,
+)
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.framework.statement import JobOutcome, Statement, settle_job
 from numasched.scheduler.framework.status import Status, StatusCode
@@ -107,11 +119,6 @@ def sampling_options(arguments: Mapping[str, Any]) -> tuple[SamplingOptions, lis
     return SamplingOptions(minimum_nodes, minimum_percentage, percentage), problems
 
 
-# In the memo (framework/equivalence.py): a node whose predicates were not asked yet for the class
-# (only its score is known).
-_UNASKED = object()
-
-
 def _failures_on(
     ssn: Session, task: TaskInfo, node: NodeInfo, check_resources: bool, insufficient: dict[str, Status]
 ) -> tuple[Status, ...] | None:
@@ -131,6 +138,16 @@ def _failures_on(
     return None if status.passed else (status,)
 
 
+def _answers(ssn: Session, task: TaskInfo, check_resources: bool) -> tuple[Hashable | None, ClassAnswers]:
+    """The memo's answers for the task's class (and kind of scan), or answers for this scan only
+    when there is no memo or no class."""
+    class_key = ssn.equivalence_class(task)
+    memo = ssn.memo
+    if memo is None or class_key is None:
+        return None, ClassAnswers()
+    return (check_resources, class_key), memo.answers((check_resources, class_key))
+
+
 def feasible_nodes(
     ssn: Session,
     task: TaskInfo,
@@ -139,8 +156,8 @@ def feasible_nodes(
     check_resources: bool,
     nodes_to_find: int | None = None,
     first_fit: bool = False,
-) -> list[NodeInfo]:
-    """Nodes that pass; why each other node failed is recorded on the session.
+) -> Candidates:
+    """Nodes that pass, in scan order; why each other node failed is recorded on the session.
 
     With first_fit the scan goes in the nodes' order and stops at the first node that passes
     (backfill's walk), leaving the scan offset alone.
@@ -150,71 +167,89 @@ def feasible_nodes(
     finds fewer has visited every node.
 
     Answers come from the session's equivalence memo where the task's class has one for the
-    node's generation (framework/equivalence.py); they are the answers the checks would give.
+    node's generation (framework/equivalence.py); they are the answers the checks would give. So
+    the scan is done on arrays: only nodes without an answer for their generation are asked, in
+    scan order, and only until the nodes known to pass before them are enough.
     """
-    class_key = ssn.equivalence_class(task)
-    memo = ssn.memo
-    answers: ClassAnswers | None = None
-    if memo is not None and class_key is not None:
-        answers = memo.answers((check_resources, class_key))
-        if _still_fits_nowhere(ssn, task, nodes, check_resources, (check_resources, class_key), answers):
-            return []
+    index = ssn.node_index(nodes)
+    memo_key, answers = _answers(ssn, task, check_resources)
     total = len(nodes)
+    slots = index.slots
+    answers.fit(int(slots.max()) + 1 if total else 0)
+    generations = index.generations()
+    if memo_key is not None and _still_fits_nowhere(ssn, task, index, generations, check_resources, memo_key, answers):
+        return Candidates(())
     sampled = not first_fit and nodes_to_find is not None and nodes_to_find < total
     start = ssn.node_scan_offset % total if sampled and total else 0
-    order = nodes if start == 0 else [*nodes[start:], *nodes[:start]]
     wanted = 1 if first_fit else nodes_to_find if sampled and nodes_to_find is not None else total
-    passing: list[NodeInfo] = []
-    failures: dict[str, Sequence[Status]] = {}
-    visited = 0
-    # One Status per missing resource, shared by the nodes that lack it (Status is frozen).
+    # Scan order: positions in nodes, from the offset round.
+    order = np.arange(total, dtype=np.int64)
+    if start:
+        order = np.concatenate((order[start:], order[:start]))
+    scan_slots = slots[order]
+    known = answers.predicate_generation[scan_slots] == generations[order]
+    passes = known & answers.passed[scan_slots]
+    stale = np.flatnonzero(~known)
+    known_passes_before = np.cumsum(passes) - passes if len(stale) else passes
     insufficient: dict[str, Status] = {}
-    for node in order:
-        visited += 1
-        known = answers.get(node.name) if answers is not None else None
-        if known is not None and known[GENERATION] == node.generation and known[FAILURES] is not _UNASKED:
-            failed = known[FAILURES]
-        else:
-            failed = _failures_on(ssn, task, node, check_resources, insufficient)
-            if answers is not None and _shareable(ssn, task, failed):
-                if known is not None and known[GENERATION] == node.generation:
-                    known[FAILURES] = failed
-                else:
-                    answers[node.name] = [node.generation, failed, None]
-        if failed is not None:
-            assert isinstance(failed, tuple)
-            failures[node.name] = failed
-            if failed[0].code is StatusCode.ERROR and ssn.fault_of(task) is not None:
-                # A plugin raised for this task: it fails this cycle, no need to try the others.
-                break
-            continue
-        passing.append(node)
-        if len(passing) >= wanted:
+    asked_passes = 0
+    # Failures of this scan the memo does not keep (they name the pod, or a plugin raised).
+    unshared: dict[int, tuple[Status, ...]] = {}
+    fault_at: int | None = None
+    for step in stale.tolist():
+        if int(known_passes_before[step]) + asked_passes >= wanted:
             break
+        node = nodes[int(order[step])]
+        failed = _failures_on(ssn, task, node, check_resources, insufficient)
+        if _shareable(ssn, task, failed):
+            slot = scan_slots[step]
+            answers.predicate_generation[slot] = node.generation
+            answers.passed[slot] = failed is None
+            answers.failures[slot] = failed
+        elif failed is not None:
+            unshared[step] = failed
+        if failed is None:
+            passes[step] = True
+            asked_passes += 1
+            continue
+        if failed[0].code is StatusCode.ERROR and ssn.fault_of(task) is not None:
+            # A plugin raised for this task: it fails this cycle, no need to try the others.
+            fault_at = step
+            break
+    if fault_at is not None:
+        visited = fault_at + 1
+    else:
+        found = int(np.searchsorted(np.cumsum(passes), wanted))
+        visited = found + 1 if found < total else total
     if sampled:
         ssn.node_scan_offset = (start + visited) % total
-    if failures:
+    seen = passes[:visited]
+    failing = np.flatnonzero(~seen)
+    failures: dict[str, Sequence[Status]] = {}
+    if len(failing):
+        reasons = answers.failures[scan_slots[failing]]
+        for place, step in enumerate(failing.tolist()) if unshared else ():
+            if step in unshared:
+                reasons[place] = unshared[step]
+        failures = dict(zip(index.names[order[failing]].tolist(), reasons.tolist(), strict=True))
         ssn.record_fit_errors(task, failures)
-    if (
-        answers is not None
-        and not passing
-        and visited == total
-        and all(_shareable(ssn, task, failed) for failed in failures.values())
-    ):
-        ssn.failed_scans[(check_resources, class_key)] = _FailedScan(
-            nodes, [node.generation for node in nodes], failures
-        )
-    return passing
+    positions = order[:visited][seen]
+    candidates = Candidates(
+        [nodes[position] for position in positions.tolist()], index, positions, generations[positions]
+    )
+    if memo_key is not None and not candidates and visited == total and not unshared:
+        ssn.failed_scans[memo_key] = _FailedScan(index, generations, failures)
+    return candidates
 
 
 class _FailedScan:
     """A scan of every node that found none for a pod class: the nodes as they were then (their
     generations) and why each failed."""
 
-    __slots__ = ("failures", "generations", "nodes")
+    __slots__ = ("failures", "generations", "index")
 
-    def __init__(self, nodes: Sequence[NodeInfo], generations: list[int], failures: dict[str, Sequence[Status]]):
-        self.nodes = nodes
+    def __init__(self, index: NodeIndex, generations: Ints, failures: dict[str, Sequence[Status]]):
+        self.index = index
         self.generations = generations
         self.failures = failures
 
@@ -222,7 +257,8 @@ class _FailedScan:
 def _still_fits_nowhere(
     ssn: Session,
     task: TaskInfo,
-    nodes: Sequence[NodeInfo],
+    index: NodeIndex,
+    generations: Ints,
     check_resources: bool,
     key: Hashable,
     answers: ClassAnswers,
@@ -231,37 +267,33 @@ def _still_fits_nowhere(
     since are asked again. When it holds, the failures are recorded as a full scan records them
     (a scan that finds nothing visits every node and leaves the scan offset where it was)."""
     failed = ssn.failed_scans.get(key)
-    if failed is None or failed.nodes is not nodes:
+    if failed is None or failed.index is not index:
         return False
-    generations = failed.generations
-    changed = [index for index, node in enumerate(nodes) if node.generation != generations[index]]
+    changed = np.flatnonzero(generations != failed.generations)
     failures = failed.failures
-    if changed:
+    if len(changed):
         failures = dict(failures)
-        generations = list(generations)
         insufficient: dict[str, Status] = {}
-        for index in changed:
-            node = nodes[index]
-            known = answers.get(node.name)
-            if known is not None and known[GENERATION] == node.generation and known[FAILURES] is not _UNASKED:
-                now = known[FAILURES]
+        nodes = index.nodes
+        for position in changed.tolist():
+            node = nodes[position]
+            slot = index.slots[position]
+            if answers.predicate_generation[slot] == node.generation:
+                now = answers.failures[slot]
             else:
                 now = _failures_on(ssn, task, node, check_resources, insufficient)
                 if ssn.fault_of(task) is not None:
                     return False
                 if not _shareable(ssn, task, now):
                     return False
-                if known is not None and known[GENERATION] == node.generation:
-                    known[FAILURES] = now
-                else:
-                    answers[node.name] = [node.generation, now, None]
+                answers.predicate_generation[slot] = node.generation
+                answers.passed[slot] = now is None
+                answers.failures[slot] = now
             if now is None:
                 # It fits there now: the scan decides where.
                 return False
-            assert isinstance(now, tuple)
             failures[node.name] = now
-            generations[index] = node.generation
-        ssn.failed_scans[key] = _FailedScan(nodes, generations, failures)
+        ssn.failed_scans[key] = _FailedScan(index, generations, failures)
     ssn.record_fit_errors(task, failures)
     return True
 
@@ -277,42 +309,47 @@ def _shareable(ssn: Session, task: TaskInfo, failed: Sequence[Status] | None) ->
     return not any(key in status.reason for status in failed)
 
 
-def choose_node(ssn: Session, task: TaskInfo, candidates: list[NodeInfo]) -> NodeInfo:
+def choose_node(ssn: Session, task: TaskInfo, candidates: Sequence[NodeInfo]) -> NodeInfo:
     """A best-node plugin's choice, else the highest total score; ties go to the smallest name
     so the same cluster always gets the same placement. (After a scoring plugin raised the
     caller finds the fault on the session and places nothing.)"""
-    batch = ssn.batch_node_order(task, candidates)
-    class_key = ssn.equivalence_class(task)
-    memo = ssn.memo
-    answers = memo.answers((True, class_key)) if memo is not None and class_key is not None else None
-    # Only best-node plugins read the nodes grouped by score; without one the best is kept as
-    # the scores come.
-    by_score: dict[float, list[NodeInfo]] | None = {} if ssn.has_best_node_fns() else None
-    best: NodeInfo | None = None
-    best_score = 0.0
-    for node in candidates:
-        known = answers.get(node.name) if answers is not None else None
-        if known is not None and known[GENERATION] == node.generation and known[SCORE] is not None:
-            score = known[SCORE]
-            assert isinstance(score, float)
-        else:
-            score = ssn.node_order(task, node)
-            if answers is not None and ssn.fault_of(task) is None:
-                if known is not None and known[GENERATION] == node.generation:
-                    known[SCORE] = score
-                else:
-                    answers[node.name] = [node.generation, _UNASKED, score]
-        score += batch.get(node.name, 0.0)
-        if by_score is not None:
+    if not isinstance(candidates, Candidates):
+        candidates = Candidates(candidates)
+    assert candidates, "choose_node needs at least one candidate"
+    scores = _node_order_scores(ssn, task, candidates) + ssn.batch_node_order(task, candidates)
+    if ssn.has_best_node_fns():
+        # Only best-node plugins read the nodes grouped by score.
+        by_score: dict[float, list[NodeInfo]] = {}
+        for node, score in zip(candidates, scores.tolist(), strict=True):
             by_score.setdefault(score, []).append(node)
-        if best is None or score > best_score or (score == best_score and node.name < best.name):
-            best, best_score = node, score
-    if by_score is not None:
         chosen = ssn.best_node(task, by_score)
         if chosen is not None:
             return chosen
-    assert best is not None, "choose_node needs at least one candidate"
-    return best
+    best = np.flatnonzero(scores == scores.max())
+    if candidates.node_index is not None:
+        # The index is in name order: the smallest position among the best is the smallest name.
+        return candidates[int(best[np.argmin(candidates.positions[best])])]
+    return min((candidates[i] for i in best.tolist()), key=lambda node: node.name)
+
+
+def _node_order_scores(ssn: Session, task: TaskInfo, candidates: Candidates) -> Floats:
+    """The node-order scores of the candidates: from the memo where it holds one for the node's
+    generation, else asked (and kept)."""
+    class_key = ssn.equivalence_class(task)
+    memo = ssn.memo
+    slots = candidates.slots()
+    if memo is None or class_key is None or slots is None:
+        return np.fromiter((ssn.node_order(task, node) for node in candidates), dtype=np.float64, count=len(candidates))
+    answers = memo.answers((True, class_key))
+    scores = answers.score[slots]
+    for position in np.flatnonzero(answers.score_generation[slots] != candidates.generations).tolist():
+        node = candidates[position]
+        score = scores[position] = ssn.node_order(task, node)
+        if ssn.fault_of(task) is None:
+            slot = slots[position]
+            answers.score[slot] = score
+            answers.score_generation[slot] = node.generation
+    return scores
 
 
 def schedulable_pending(ssn: Session, job: JobInfo, *, best_effort: bool) -> list[TaskInfo]:
@@ -371,28 +408,42 @@ class AllocateAction:
         nodes_to_find = self.sampling(ssn).nodes_to_find(len(nodes))
         by_queue: dict[str, list[JobInfo]] = {}
         for job in ssn.jobs.values():
-            by_queue.setdefault(job.queue, []).append(job)
-        for queue_name in sorted(by_queue):
-            queue = ssn.queues.get(queue_name) or QueueInfo(queue_name)
-            for job in ssn.sorted_jobs(by_queue[queue_name]):
-                if ssn.should_stop():
-                    # Shutting down or no longer leading: decide nothing more; what was decided
-                    # for the jobs before this one stands.
-                    _log.info("allocate stopped before deciding every job", job=job.key)
-                    return
-                if not any(not task.best_effort for task in job.pending_tasks()):
-                    continue
-                if queue.state != QUEUE_OPEN:
-                    _mark_pending(job, f"queue {queue.name} is {queue.state}")
-                    continue
-                if is_pending(job):
-                    _mark_pending(job, f"pod group {job.key} is not admitted yet (phase Pending)")
-                    continue
-                verdict = ssn.job_valid(job)
-                if verdict is not None:
-                    _mark_pending(job, verdict.message or verdict.reason)
-                    continue
-                self._allocate_job(ssn, queue, job, nodes, nodes_to_find)
+            if any(not task.best_effort for task in job.pending_tasks()):
+                by_queue.setdefault(job.queue, []).append(job)
+        # Volcano's order: each turn the first queue by queue order (sorted again, as shares
+        # change with every job placed) that is not overused gives its next job in job order.
+        waiting = {name: deque(ssn.sorted_jobs(jobs)) for name, jobs in sorted(by_queue.items())}
+        queues = {name: ssn.queues.get(name) or QueueInfo(name) for name in waiting}
+        ordering = queue_points.policies(ssn, queue_points.POINT_QUEUE_ORDER)
+        judging = queue_points.policies(ssn, queue_points.POINT_OVERUSED)
+        while waiting:
+            if len(waiting) == 1:
+                queue = queues[next(iter(waiting))]
+            else:
+                queue = queue_points.sorted_queues(ssn, [queues[name] for name in waiting], ordering)[0]
+            if queue_points.overused(ssn, queue, judging):
+                for job in waiting.pop(queue.name):
+                    _mark_pending(job, f"queue {queue.name} is overused: it holds more than it deserves")
+                continue
+            job = waiting[queue.name].popleft()
+            if not waiting[queue.name]:
+                del waiting[queue.name]
+            if ssn.should_stop():
+                # Shutting down or no longer leading: decide nothing more; what was decided
+                # for the jobs before this one stands.
+                _log.info("allocate stopped before deciding every job", job=job.key)
+                return
+            if queue.state != QUEUE_OPEN:
+                _mark_pending(job, f"queue {queue.name} is {queue.state}")
+                continue
+            if is_pending(job):
+                _mark_pending(job, f"pod group {job.key} is not admitted yet (phase Pending)")
+                continue
+            verdict = ssn.job_valid(job)
+            if verdict is not None:
+                _mark_pending(job, verdict.message or verdict.reason)
+                continue
+            self._allocate_job(ssn, queue, job, nodes, nodes_to_find)
 
     def _allocate_job(
         self, ssn: Session, queue: QueueInfo, job: JobInfo, nodes: list[NodeInfo], nodes_to_find: int

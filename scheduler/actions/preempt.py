@@ -17,6 +17,13 @@ Tasks already releasing count as gone. The search is exhaustive by set size with
 predicate calls per node (VICTIM_SEARCH_BUDGET); past it, the first sufficient prefix of the
 victim order is pruned until every victim left is necessary.
 
+After the jobs of a queue, preempt (not gangpreempt, as in Volcano) lets the tasks of each job
+that was starving at the start preempt lower-priority tasks of that same job (Volcano's
+"preemption between tasks within a job"): each pending task, in task order, with candidates the
+job's own evictable tasks, chosen as above; its evictions are committed at once when it is
+pipelined, and the job's turn ends at the first task that finds no room. The priority plugin's
+vote lets a task go only when its own priority is below the preemptor's.
+
 gangpreempt (Volcano v1.15) evicts victims by bundles: a victim job's tasks beyond its
 minAvailable go one by one, but taking one more takes the whole gang (every one of its running
 tasks, on any node), so no victim job is left running below its minimum.
@@ -83,14 +90,23 @@ def job_starving(ssn: Session, job: JobInfo) -> bool:
     return occupied < len(job.tasks)
 
 
-def victim_order(ssn: Session) -> Callable[[TaskInfo, TaskInfo], int]:
-    """Volcano's victim queue: the lowest job first (job order reversed), then within a job the
-    lowest task first (task order reversed)."""
+def victim_order(ssn: Session, preemptor: TaskInfo | None = None) -> Callable[[TaskInfo, TaskInfo], int]:
+    """Volcano's victim queue (BuildVictimsPriorityQueue): tasks of jobs in different queues by
+    the victim queue order for the preemptor's queue (queue_points.victim_queue_order); then the
+    lowest job first (job order reversed), then within a job the lowest task first (task order
+    reversed)."""
+    preemptor_job = ssn.jobs.get(preemptor.job_id) if preemptor is not None else None
 
     def compare(first: TaskInfo, second: TaskInfo) -> int:
         if first.job_id != second.job_id:
             first_job, second_job = ssn.jobs.get(first.job_id), ssn.jobs.get(second.job_id)
             if first_job is not None and second_job is not None:
+                if preemptor_job is not None and first_job.queue != second_job.queue:
+                    verdict = queue_points.victim_queue_order(
+                        ssn, ssn.queue_of(first_job), ssn.queue_of(second_job), ssn.queue_of(preemptor_job)
+                    )
+                    if verdict != 0:
+                        return verdict
                 verdict = -ssn.job_order(first_job, second_job)
                 if verdict != 0:
                     return verdict
@@ -228,7 +244,7 @@ def choose_victims(
     for node in nodes:
         if could_fit(preemptor, node, ()) and VictimSearch(ssn, preemptor, node).fits(()):
             return Choice(node, ())
-    order = functools.cmp_to_key(victim_order(ssn))
+    order = functools.cmp_to_key(victim_order(ssn, preemptor))
     best: Choice | None = None
     for node in nodes:
         candidates = [task for task in node.tasks.values() if candidate(task)]
@@ -335,6 +351,11 @@ class PreemptAction:
                 if ssn.should_stop():
                     return
                 self._preempt_for(ssn, queue, job, nodes)
+            if not self.gang:
+                for job in by_queue[queue.name]:
+                    if ssn.should_stop():
+                        return
+                    preempt_within_job(ssn, queue, job, nodes, self.name)
 
     def _preempt_for(self, ssn: Session, queue: QueueInfo, job: JobInfo, nodes: list[NodeInfo]) -> None:
         statements: list[Statement] = []
@@ -359,3 +380,25 @@ class PreemptAction:
                 statements.append(statement)
         if settle(ssn, job, statements):
             _log.info("preemption committed", action=self.name, job=job.key, placements=len(statements))
+
+
+def preempt_within_job(ssn: Session, queue: QueueInfo, job: JobInfo, nodes: list[NodeInfo], action: str) -> None:
+    """Volcano's preemption between tasks within a job: each pending task, in task order, may
+    evict the job's own lower tasks; committed per task, and the first task that finds no room
+    ends the job's turn."""
+
+    def candidate(task: TaskInfo) -> bool:
+        return evictable(task) and task.job_id == job.uid
+
+    for preemptor in pending_preemptors(ssn, job):
+        if not ssn.pre_predicate(preemptor).passed:
+            break
+        choice = choose_victims(ssn, preemptor, nodes, candidate, ssn.preemptable, gang=False)
+        if choice is None:
+            break
+        reason = f"preempted by {preemptor.key} of the same job ({action})"
+        statement = place_with_evictions(ssn, queue, preemptor, choice, reason, check_queue=True)
+        if statement is None:
+            break
+        statement.commit()
+        _log.info("preemption within a job committed", action=action, job=job.key, preemptor=preemptor.key)

@@ -1,11 +1,13 @@
 """reclaim and gangreclaim: a queue below its share takes back what other queues borrowed (Volcano).
 
 Queues in queue order, skipping overused ones (a plugin's overused answer, see queue_points);
-their starving jobs in job order; each pending task, while its queue may take it (the session's
-allocatable check, Volcano's preemptive), looks for victims among the Running or Bound tasks of
-other queues whose Queue is reclaimable (spec.reclaimable not false), filtered by the plugins'
-reclaimable vote (proportion: queues above their deserved share). Victims and nodes are chosen as
-preempt chooses them (smallest NUMA-admissible set on a node copy, see preempt.py); the job's
+their starving jobs in job order; each pending task, while its queue may reclaim for it
+(Volcano's preemptive point, queue_points.preemptive: proportion's allocatable check, capacity's
+deserved share within the real capability), looks for victims among the Running or Bound tasks
+of other queues whose Queue is reclaimable (spec.reclaimable not false), filtered by the
+plugins' reclaimable vote (proportion: queues above their deserved share). Victims and nodes are
+chosen as preempt chooses them (smallest NUMA-admissible set on a node copy, see preempt.py;
+among equals, victims of the queue nearest the reclaimer's first, queue_points); the job's
 evictions are committed only when it is then pipelined, else rolled back. gangreclaim takes
 victim gangs whole beyond their spare tasks, as gangpreempt does.
 """
@@ -67,7 +69,9 @@ class ReclaimAction:
         for reclaimer in pending_preemptors(ssn, job):
             if not job_starving(ssn, job):
                 break
-            if not ssn.allocatable(queue, reclaimer) or not ssn.pre_predicate(reclaimer).passed:
+            if not queue_points.preemptive(ssn, queue, reclaimer):
+                continue
+            if not ssn.pre_predicate(reclaimer).passed:
                 continue
             choice = choose_victims(ssn, reclaimer, nodes, candidate, ssn.reclaimable, gang=self.gang)
             if choice is None:

@@ -1,4 +1,4 @@
-"""Predicate and score answers memoised per (pod equivalence class, node generation).
+"""Predicate and score answers memoised per (pod equivalence class, node generation), as arrays.
 
 Two pods are equivalent when every plugin that answers per node says so: each such plugin
 declares, through `equivalence_key(task)`, what of the pod its predicate and node-order functions
@@ -7,6 +7,11 @@ a node's state is named by its generation (NodeInfo.generation), so an answer co
 for every pod of the class until the node changes. When a plugin that answers per node declares no
 key, the session keeps no memo at all: correctness does not depend on plugins opting in.
 
+The answers are kept as arrays indexed by a node's slot (NodeSlots: one slot per node name, for
+as long as the memo lives), so the allocate action finds the nodes whose answers are stale, the
+nodes that pass and the best score with vector operations, and asks the plugins only about nodes
+that changed.
+
 The memo outlives a session (the allocate action keeps it) while the configuration is the same
 object: plugins are rebuilt each session from that configuration, and a node nobody touched keeps
 its generation from one snapshot to the next.
@@ -14,33 +19,132 @@ its generation from one snapshot to the next.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from numasched.api.node import NodeInfo
 from numasched.api.resource import Resource
 
-# Answers for one node: the generation they hold for, why the node failed (None: it passed; not
-# yet asked: absent from the entry) and its node-order score (None until asked).
-NodeAnswers = list[object]
-GENERATION, FAILURES, SCORE = 0, 1, 2
 # How many classes are kept; the least recently used goes first.
 MAX_CLASSES = 1024
 # A class no session asked for in this many sessions is dropped: its answers are for node states
 # long gone, and each holds an entry per node.
 IDLE_SESSIONS = 8
+# The generation of an answer never given (node generations are positive).
+NO_ANSWER = -1
 
-ClassAnswers = dict[str, NodeAnswers]
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+Objects = npt.NDArray[Any]
+
+
+def _grown(array: npt.NDArray[Any], size: int, fill: object) -> npt.NDArray[Any]:
+    if len(array) >= size:
+        return array
+    grown = np.empty(max(size, 2 * len(array)), dtype=array.dtype)
+    grown[: len(array)] = array
+    grown[len(array) :] = fill
+    return grown
+
+
+class ClassAnswers:
+    """One class's answers per node slot: the predicates' (passed, or why not) and the node-order
+    score, each with the node generation it holds for."""
+
+    __slots__ = ("failures", "passed", "predicate_generation", "score", "score_generation")
+
+    def __init__(self) -> None:
+        self.predicate_generation: Ints = np.full(0, NO_ANSWER, dtype=np.int64)
+        self.passed: Bools = np.zeros(0, dtype=np.bool_)
+        # Why the node failed (a tuple of Status), None where it passed.
+        self.failures: Objects = np.empty(0, dtype=object)
+        self.score_generation: Ints = np.full(0, NO_ANSWER, dtype=np.int64)
+        self.score: Floats = np.zeros(0, dtype=np.float64)
+
+    def fit(self, size: int) -> None:
+        """Room for size slots (new slots hold no answer)."""
+        if len(self.passed) >= size:
+            return
+        self.predicate_generation = _grown(self.predicate_generation, size, NO_ANSWER)
+        self.passed = _grown(self.passed, size, False)
+        self.failures = _grown(self.failures, size, None)
+        self.score_generation = _grown(self.score_generation, size, NO_ANSWER)
+        self.score = _grown(self.score, size, 0.0)
+
+
+class PartAnswers:
+    """One class's batch-score parts of one plugin per node slot (Session.add_score_parts): the
+    part, the number the plugin reads of it, and the generation they hold for."""
+
+    __slots__ = ("generation", "numbers", "parts")
+
+    def __init__(self) -> None:
+        self.generation: Ints = np.full(0, NO_ANSWER, dtype=np.int64)
+        self.parts: Objects = np.empty(0, dtype=object)
+        self.numbers: Floats = np.zeros(0, dtype=np.float64)
+
+    def fit(self, size: int) -> None:
+        if len(self.generation) >= size:
+            return
+        self.generation = _grown(self.generation, size, NO_ANSWER)
+        self.parts = _grown(self.parts, size, None)
+        self.numbers = _grown(self.numbers, size, 0.0)
+
+
+class NodeSlots:
+    """A slot per node name, never reused while the memo lives (a node that left keeps its slot,
+    whose answers name an old generation)."""
+
+    __slots__ = ("_slot",)
+
+    def __init__(self) -> None:
+        self._slot: dict[str, int] = {}
+
+    def of(self, names: Sequence[str]) -> Ints:
+        slot = self._slot
+        for name in names:
+            if name not in slot:
+                slot[name] = len(slot)
+        return np.fromiter((slot[name] for name in names), dtype=np.int64, count=len(names))
+
+    def slot_of(self, name: str) -> int | None:
+        return self._slot.get(name)
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+
+class NodeIndex:
+    """The nodes an action scans, in its order, with their slots and names as arrays."""
+
+    __slots__ = ("names", "nodes", "slots")
+
+    def __init__(self, nodes: Sequence[NodeInfo], slots: NodeSlots) -> None:
+        self.nodes = nodes
+        names = [node.name for node in nodes]
+        self.slots = slots.of(names)
+        self.names: Objects = np.array(names, dtype=object) if names else np.empty(0, dtype=object)
+
+    def generations(self) -> Ints:
+        """Every node's generation now (they change as the session places pods)."""
+        return np.fromiter((node.generation for node in self.nodes), dtype=np.int64, count=len(self.nodes))
 
 
 class EquivalenceMemo:
-    """Per class, per node name, the answers at one generation."""
+    """Per class, the answers of every node slot at one generation each."""
 
-    __slots__ = ("_classes", "_config", "_last_used", "_session")
+    __slots__ = ("_classes", "_config", "_last_used", "_session", "slots")
 
     def __init__(self) -> None:
-        self._classes: dict[Hashable, ClassAnswers] = {}
+        self._classes: dict[Hashable, ClassAnswers | PartAnswers] = {}
         self._last_used: dict[Hashable, int] = {}
         self._config: object = None
         self._session = 0
+        self.slots = NodeSlots()
 
     def bind(self, config: object) -> None:
         """Start a session of this configuration: another configuration starts the memo empty;
@@ -56,11 +160,11 @@ class EquivalenceMemo:
             del self._last_used[class_key]
             self._classes.pop(class_key, None)
 
-    def answers(self, class_key: Hashable) -> ClassAnswers:
+    def _table(self, class_key: Hashable, make: type[ClassAnswers] | type[PartAnswers]) -> ClassAnswers | PartAnswers:
         classes = self._classes
         found = classes.pop(class_key, None)
         if found is None:
-            found = {}
+            found = make()
             if len(classes) >= MAX_CLASSES:
                 dropped = next(iter(classes))
                 del classes[dropped]
@@ -68,7 +172,18 @@ class EquivalenceMemo:
         # Re-inserted last: the dict's order is the order of use.
         classes[class_key] = found
         self._last_used[class_key] = self._session
+        found.fit(len(self.slots))
         return found
+
+    def answers(self, class_key: Hashable) -> ClassAnswers:
+        table = self._table(class_key, ClassAnswers)
+        assert isinstance(table, ClassAnswers)
+        return table
+
+    def parts(self, class_key: Hashable) -> PartAnswers:
+        table = self._table(class_key, PartAnswers)
+        assert isinstance(table, PartAnswers)
+        return table
 
     def __len__(self) -> int:
         return len(self._classes)
@@ -77,3 +192,25 @@ class EquivalenceMemo:
 def resource_key(resource: Resource) -> Hashable:
     """A Resource as a hashable value, equal exactly when the amounts are."""
     return (resource.milli_cpu, resource.memory, tuple(sorted(resource.scalars.items())))
+
+
+class Candidates(list[NodeInfo]):
+    """The nodes a scan found for a task, in scan order, with where they sit in the scanned
+    NodeIndex (positions) and their generations at the scan; index is None for a plain list."""
+
+    __slots__ = ("generations", "node_index", "positions")
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeInfo],
+        index: NodeIndex | None = None,
+        positions: Ints | None = None,
+        generations: Ints | None = None,
+    ) -> None:
+        super().__init__(nodes)
+        self.node_index = index
+        self.positions: Ints = np.empty(0, dtype=np.int64) if positions is None else positions
+        self.generations: Ints = np.empty(0, dtype=np.int64) if generations is None else generations
+
+    def slots(self) -> Ints | None:
+        return None if self.node_index is None else self.node_index.slots[self.positions]

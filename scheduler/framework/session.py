@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
+import numpy as np
 import structlog
 
 from numasched.api.job import JobInfo
@@ -21,7 +22,15 @@ from numasched.api.task import TaskInfo, TaskStatus
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.framework.arguments import Arguments
 from numasched.scheduler.framework.cycle_state import CycleState
-from numasched.scheduler.framework.equivalence import EquivalenceMemo, resource_key
+from numasched.scheduler.framework.equivalence import (
+    Candidates,
+    EquivalenceMemo,
+    Floats,
+    NodeIndex,
+    NodeSlots,
+    Objects,
+    resource_key,
+)
 from numasched.scheduler.framework.plugin import DeclaresEquivalence, Plugin
 from numasched.scheduler.framework.status import (
     SUCCESS,
@@ -63,7 +72,8 @@ POINT_EQUIVALENCE = "equivalenceKey"
 PredicateFn = Callable[[TaskInfo, NodeInfo], Status]
 PrePredicateFn = Callable[[TaskInfo], Status]
 NodeOrderFn = Callable[[TaskInfo, NodeInfo], float]
-BatchNodeOrderFn = Callable[[TaskInfo, list[NodeInfo]], dict[str, float]]
+# Scores by node name, or an array of scores in the nodes' order.
+BatchNodeOrderFn = Callable[[TaskInfo, list[NodeInfo]], "dict[str, float] | Floats"]
 # A batch score split in two: what it needs of each node (memoised like a node-order score, per
 # pod class and node generation) and the scores it makes of those parts over the candidates.
 ScorePartFn = Callable[[TaskInfo, NodeInfo], object]
@@ -102,14 +112,28 @@ class EventHandler:
     deallocate: Callable[[Event], None] | None = None
 
 
+# The same combination as arrays over the candidates: the parts, the number the plugin reads of
+# each (PartNumberFn, kept with the part) and the scores in the candidates' order.
+PartNumberFn = Callable[[object], float]
+CombineNumbersFn = Callable[[TaskInfo, Candidates, Objects, Floats], Floats]
+
+
 class ScoreParts:
     """A batch node-order function made of a per-node part and a combination (add_score_parts)."""
 
-    __slots__ = ("combine", "part")
+    __slots__ = ("combine", "combine_numbers", "number", "part")
 
-    def __init__(self, part: ScorePartFn, combine: CombineFn) -> None:
+    def __init__(
+        self,
+        part: ScorePartFn,
+        combine: CombineFn,
+        number: PartNumberFn | None = None,
+        combine_numbers: CombineNumbersFn | None = None,
+    ) -> None:
         self.part = part
         self.combine = combine
+        self.number = number
+        self.combine_numbers = combine_numbers if number is not None else None
 
     def __call__(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
         return self.combine(task, nodes, {node.name: self.part(task, node) for node in nodes})
@@ -220,6 +244,8 @@ class Session:
         self._equivalence_plugins: list[tuple[str, DeclaresEquivalence]] | None = None
         self._cycle_state = CycleState("")
         self._tiers_cache: dict[str, list[list[str]]] = {}
+        # id of an action's node list -> its index (NodeIndex keeps the list alive).
+        self._node_indexes: dict[int, NodeIndex] = {}
         # (point, id of the registration dict) -> its functions in tier order; cleared on registration.
         self._ordered_cache: dict[tuple[str, int], list[tuple[str, Any]]] = {}
 
@@ -352,11 +378,23 @@ class Session:
         self._batch_node_order_fns[name] = fn
         self._ordered_cache.clear()
 
-    def add_score_parts(self, name: str, part: ScorePartFn, combine: CombineFn) -> None:
+    def add_score_parts(
+        self,
+        name: str,
+        part: ScorePartFn,
+        combine: CombineFn,
+        *,
+        number: PartNumberFn | None = None,
+        combine_numbers: CombineNumbersFn | None = None,
+    ) -> None:
         """A batch node-order function whose per-node parts the engine may memoise: part(task,
         node) must depend only on the node's state and on what the plugin's equivalence_key reads
-        of the pod; combine(task, candidates, parts by node name) gives the scores."""
-        self._batch_node_order_fns[name] = ScoreParts(part, combine)
+        of the pod; combine(task, candidates, parts by node name) gives the scores.
+
+        With number and combine_numbers the engine keeps number(part) beside each part and asks
+        combine_numbers(task, candidates, parts, numbers) for the scores as an array in the
+        candidates' order; it must give what combine gives."""
+        self._batch_node_order_fns[name] = ScoreParts(part, combine, number, combine_numbers)
         self._ordered_cache.clear()
 
     def add_best_node_fn(self, name: str, fn: BestNodeFn) -> None:
@@ -489,40 +527,73 @@ class Session:
             return 0.0
         return total
 
-    def batch_node_order(self, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
-        """Per node, the sum of the plugins' batch scores."""
-        totals: dict[str, float] = {}
+    def batch_node_order(self, task: TaskInfo, nodes: Sequence[NodeInfo]) -> Floats:
+        """Per candidate (in their order), the sum of the plugins' batch scores."""
+        candidates = nodes if isinstance(nodes, Candidates) else Candidates(nodes)
+        totals: Floats = np.zeros(len(candidates), dtype=np.float64)
         name = ""
         try:
             for name, fn in self._in_order("nodeOrder", self._batch_node_order_fns):
-                scores = self._memoised_parts(name, fn, task, nodes) if isinstance(fn, ScoreParts) else fn(task, nodes)
-                if not totals:
-                    # 0.0 + score is score: the first plugin's scores are the totals so far.
-                    totals = dict(scores)
-                    continue
-                for node_name, score in scores.items():
-                    totals[node_name] = totals.get(node_name, 0.0) + score
+                if isinstance(fn, ScoreParts):
+                    scores = self._memoised_parts(name, fn, task, candidates)
+                else:
+                    given = fn(task, candidates)
+                    if isinstance(given, np.ndarray):
+                        scores = given
+                    else:
+                        scores = np.fromiter(
+                            (given.get(node.name, 0.0) for node in candidates), dtype=np.float64, count=len(candidates)
+                        )
+                totals = totals + scores
         except Exception as error:
             self.record_fault(name, POINT_BATCH_NODE_ORDER, error, task=task)
-            return {}
+            return np.zeros(len(candidates), dtype=np.float64)
         return totals
 
-    def _memoised_parts(self, name: str, fn: ScoreParts, task: TaskInfo, nodes: list[NodeInfo]) -> dict[str, float]:
+    def _memoised_parts(self, name: str, fn: ScoreParts, task: TaskInfo, candidates: Candidates) -> Floats:
+        """The plugin's scores of the candidates from its parts, memoised per pod class and node
+        generation where the session has a memo."""
         class_key = self.equivalence_class(task)
         memo = self.memo
-        if memo is None or class_key is None:
-            return fn(task, nodes)
-        answers = memo.answers(("parts", name, class_key))
-        parts: dict[str, object] = {}
-        part = fn.part
-        for node in nodes:
-            known = answers.get(node.name)
-            if known is not None and known[0] == node.generation:
-                parts[node.name] = known[1]
-            else:
-                value = parts[node.name] = part(task, node)
-                answers[node.name] = [node.generation, value]
-        return fn.combine(task, nodes, parts)
+        slots = candidates.slots()
+        if memo is None or class_key is None or slots is None:
+            parts: Objects = np.empty(len(candidates), dtype=object)
+            for position, node in enumerate(candidates):
+                parts[position] = fn.part(task, node)
+            number = fn.number
+            numbers: Floats = (
+                np.fromiter((number(part) for part in parts), dtype=np.float64, count=len(parts))
+                if number is not None
+                else np.zeros(len(parts), dtype=np.float64)
+            )
+        else:
+            table = memo.parts(("parts", name, class_key))
+            stale = np.flatnonzero(table.generation[slots] != candidates.generations)
+            number = fn.number
+            for position in stale.tolist():
+                node = candidates[position]
+                slot = slots[position]
+                value = fn.part(task, node)
+                table.parts[slot] = value
+                if number is not None:
+                    table.numbers[slot] = number(value)
+                table.generation[slot] = node.generation
+            parts, numbers = table.parts[slots], table.numbers[slots]
+        if fn.combine_numbers is not None:
+            return fn.combine_numbers(task, candidates, parts, numbers)
+        by_name = fn.combine(task, candidates, {node.name: parts[i] for i, node in enumerate(candidates)})
+        return np.fromiter(
+            (by_name.get(node.name, 0.0) for node in candidates), dtype=np.float64, count=len(candidates)
+        )
+
+    def node_index(self, nodes: Sequence[NodeInfo]) -> NodeIndex:
+        """The index of an action's node order (slots in the memo; kept for the session)."""
+        found = self._node_indexes.get(id(nodes))
+        if found is not None and found.nodes is nodes:
+            return found
+        slots = self.memo.slots if self.memo is not None else NodeSlots()
+        index = self._node_indexes[id(nodes)] = NodeIndex(nodes, slots)
+        return index
 
     def has_best_node_fns(self) -> bool:
         return bool(self._in_order("bestNode", self._best_node_fns))
@@ -564,7 +635,14 @@ class Session:
         return _compare_by_creation(first, second)
 
     def sorted_jobs(self, jobs: Iterable[JobInfo]) -> list[JobInfo]:
-        return sorted(jobs, key=functools.cmp_to_key(self.job_order))
+        listed = list(jobs)
+        for job in listed:
+            job.ready_while_sorting = job.ready_task_num()
+        try:
+            return sorted(listed, key=functools.cmp_to_key(self.job_order))
+        finally:
+            for job in listed:
+                job.ready_while_sorting = None
 
     def sorted_tasks(self, tasks: Iterable[TaskInfo]) -> list[TaskInfo]:
         return sorted(tasks, key=functools.cmp_to_key(self.task_order))

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import attrs
@@ -144,21 +144,36 @@ class CpuNodeIndex:
     cpus_by_numa: dict[int, IdSet]
     # Every NUMA mask over numa_ids (iterate_masks order), its ids, and all CPUs it holds.
     masks: tuple[tuple[NumaMask, tuple[int, ...], int], ...]
+    # cpu_hints' answers by all they read besides the masks: free CPUs per NUMA node, the
+    # request, the reused CPUs and the unknown holdings. Shared by every index of equal masks
+    # (CPUs per mask), so nodes of one shape at equal counts (most of a cluster) compute them once
+    # whichever CPUs are free.
+    hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
-    def of(cls, topology: NumaTopology, default_options: Mapping[str, str] | None = None) -> CpuNodeIndex:
+    def of(
+        cls,
+        topology: NumaTopology,
+        default_options: Mapping[str, str] | None = None,
+        shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] | None = None,
+    ) -> CpuNodeIndex:
+        """The index of a topology; with shared_hints (kept by the caller, by mask shape) indexes of
+        equal masks share their hints_by_counts."""
         layout = CpuLayout.from_topology(topology)
         numa_ids = tuple(sorted(layout.cpus_by_numa))
         masks = []
         for mask in iterate_masks(numa_ids):
             ids = tuple(mask.ids())
             masks.append((mask, ids, sum(len(layout.cpus_by_numa[numa]) for numa in ids)))
+        shape = (len(numa_ids), tuple((mask.bits, total) for mask, _, total in masks))
+        hints_by_counts = {} if shared_hints is None else shared_hints.setdefault(shape, {})
         return cls(
             layout=layout,
             options=StaticPolicyOptions.of(topology, default_options),
             numa_ids=numa_ids,
             cpus_by_numa={numa: IdSet(layout.cpus_by_numa[numa]) for numa in numa_ids},
             masks=tuple(masks),
+            hints_by_counts=hints_by_counts,
         )
 
 
@@ -268,6 +283,31 @@ def cpu_hints(
     free_per_numa = {numa: len(cpus & available) for numa, cpus in index.cpus_by_numa.items()}
     reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
     reused = len(reusable)
+    counts = (tuple(free_per_numa.values()), request_cpus, reusable_bits, reused, unknown)
+    known = index.hints_by_counts.get(counts)
+    if known is None:
+        if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
+            index.hints_by_counts.clear()
+        known = index.hints_by_counts[counts] = tuple(
+            _hints_for_counts(index, free_per_numa, request_cpus, reusable_bits, reused, unknown)
+        )
+    return list(known)
+
+
+# Distinct (counts, request) answers kept per topology before they are dropped and computed anew.
+_MAX_HINTS_BY_COUNTS = 4096
+
+
+def _hints_for_counts(
+    index: CpuNodeIndex,
+    free_per_numa: Mapping[int, int],
+    request_cpus: int,
+    reusable_bits: int,
+    reused: int,
+    unknown: int,
+) -> list[TopologyHint]:
+    """cpu_hints from the free CPUs per NUMA node: every mask that holds the reused CPUs and
+    enough free ones, preferred when no narrower mask holds the request."""
     min_affinity = len(index.numa_ids)
     fitting: list[NumaMask] = []
     for mask, numas, total_in_mask in index.masks:
@@ -325,7 +365,9 @@ class CpuHintProvider:
 
     @indexes.default
     def _index_memo(self) -> TopologyMemo[CpuNodeIndex]:
-        return TopologyMemo(lambda topology: CpuNodeIndex.of(topology, self.default_options))
+        # Hints by mask shape, shared by the indexes of all topologies of that shape.
+        shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] = {}
+        return TopologyMemo(lambda topology: CpuNodeIndex.of(topology, self.default_options, shared_hints))
 
     @property
     def name(self) -> str:

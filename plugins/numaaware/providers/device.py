@@ -26,7 +26,7 @@ switch, else same NUMA node), strictly or not as nic_alignment says.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -89,9 +89,18 @@ class DeviceGroupIndex:
     blocks: tuple[frozenset[str], ...]
     # Every NUMA mask (iterate_masks order), its ids, and the most devices one block has in it.
     masks: tuple[tuple[NumaMask, tuple[int, ...], int], ...]
+    # device_hints' answers by the free devices per block and NUMA node, the request and the
+    # unknown holdings; shared by every index of equal masks, so nodes of one shape at equal
+    # counts compute them once whichever devices are free.
+    hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
-    def of(cls, group: DeviceGroup, numa_ids: Sequence[int]) -> DeviceGroupIndex:
+    def of(
+        cls,
+        group: DeviceGroup,
+        numa_ids: Sequence[int],
+        shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] | None = None,
+    ) -> DeviceGroupIndex:
         blocks: tuple[frozenset[str], ...] = tuple(group.partitions) or (frozenset(group.by_id),)
         total_numa = [
             _numa_ids(group, [device.id for device in group.devices if device.id in block]) for block in blocks
@@ -100,11 +109,28 @@ class DeviceGroupIndex:
             (mask, tuple(mask.ids()), max(_count_in(mask, numas) for numas in total_numa))
             for mask in iterate_masks(numa_ids)
         )
-        return cls(any(device.numa is not None for device in group.devices), blocks, masks)
+        shape = (len(numa_ids), tuple((mask.bits, total) for mask, _, total in masks))
+        hints_by_counts = {} if shared_hints is None else shared_hints.setdefault(shape, {})
+        return cls(any(device.numa is not None for device in group.devices), blocks, masks, hints_by_counts)
 
 
-def device_group_indexes(topology: NumaTopology) -> dict[str, DeviceGroupIndex]:
-    return {resource: DeviceGroupIndex.of(group, topology.numa_ids) for resource, group in topology.devices.items()}
+def device_group_indexes(
+    topology: NumaTopology, shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] | None = None
+) -> dict[str, DeviceGroupIndex]:
+    return {
+        resource: DeviceGroupIndex.of(group, topology.numa_ids, shared_hints)
+        for resource, group in topology.devices.items()
+    }
+
+
+def _shared_index_memo() -> TopologyMemo[dict[str, DeviceGroupIndex]]:
+    """Per topology its device indexes, whose hints are shared by mask shape."""
+    shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] = {}
+    return TopologyMemo(lambda topology: device_group_indexes(topology, shared_hints))
+
+
+# Distinct (counts, request) answers kept per mask shape before they are dropped and computed anew.
+_MAX_HINTS_BY_COUNTS = 4096
 
 
 def device_hints(
@@ -142,7 +168,21 @@ def device_hints(
             if numa is not None and device_id in block:
                 per_numa[numa] = per_numa.get(numa, 0) + 1
         free_per_block.append(per_numa)
-    min_affinity_size = len(numa_ids)
+    counts = (tuple(tuple(sorted(per_numa.items())) for per_numa in free_per_block), request, needed)
+    known = index.hints_by_counts.get(counts)
+    if known is None:
+        if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
+            index.hints_by_counts.clear()
+        known = index.hints_by_counts[counts] = tuple(_hints_for_counts(index, free_per_block, request, needed))
+    return list(known)
+
+
+def _hints_for_counts(
+    index: DeviceGroupIndex, free_per_block: Sequence[Mapping[int, int]], request: int, needed: int
+) -> list[TopologyHint]:
+    """device_hints from the free devices per block and NUMA node: every mask where one block
+    has the devices needed, preferred when no narrower mask could hold the request."""
+    min_affinity_size = len(index.masks[-1][1]) if index.masks else 0
     fitting: list[NumaMask] = []
     for mask, numas, in_mask_total in index.masks:
         width = len(numas)
@@ -245,7 +285,7 @@ class DeviceProvider:
     provider_name: str = DEVICE_PROVIDER_NAME
     # DeviceGroupIndex per resource, per node topology, for as long as this provider lives.
     indexes: TopologyMemo[dict[str, DeviceGroupIndex]] = attrs.field(
-        factory=lambda: TopologyMemo(device_group_indexes), init=False, eq=False, repr=False
+        factory=_shared_index_memo, init=False, eq=False, repr=False
     )
 
     @property

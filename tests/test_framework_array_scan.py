@@ -1,0 +1,123 @@
+"""The allocate action's predicate scan on arrays against a plain loop written here: for random
+clusters whose nodes change between scans, random scan sizes and both kinds of scan (sampled from
+the session's offset, first fit), the nodes found, their order, the offset left and the nodes
+recorded as failing are those of the walk kube-scheduler describes (start at the offset, visit
+nodes in order, stop once enough passed)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numasched.api.node import NodeInfo
+from numasched.api.resource import Resource
+from numasched.api.snapshot import ClusterSnapshot
+from numasched.api.task import TaskInfo
+from numasched.conf.model import PluginOption, SchedulerConfig, Tier
+from numasched.scheduler.actions.allocate import feasible_nodes
+from numasched.scheduler.builtin import default_registry
+from numasched.scheduler.framework.equivalence import EquivalenceMemo
+from numasched.scheduler.framework.session import Session
+from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
+
+
+class TablePredicate:
+    """Passes a node when the table says so for the pod's colour; declares it reads the colour."""
+
+    name = "table"
+
+    def __init__(self) -> None:
+        self.passes: dict[tuple[str, str], bool] = {}
+
+    def equivalence_key(self, task: TaskInfo) -> Hashable:
+        return task.labels["colour"]
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_predicate_fn(self.name, self.predicate)
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None
+
+    def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
+        if self.passes[(node.name, task.labels["colour"])]:
+            return SUCCESS
+        return Status(StatusCode.UNSCHEDULABLE, "node(s) say no")
+
+
+def pod(uid: str, colour: str) -> TaskInfo:
+    request = Resource(milli_cpu=100)
+    return TaskInfo(
+        uid=uid,
+        namespace="ns",
+        name=uid,
+        job_id=uid,
+        resreq=request,
+        init_resreq=request.clone(),
+        labels={"colour": colour},
+    )
+
+
+COLOURS = ("blue", "red")
+
+scan = st.tuples(
+    st.sampled_from(COLOURS),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=12)),  # nodes to find (None: all)
+    st.booleans(),  # first fit
+    st.lists(st.tuples(st.integers(min_value=0, max_value=19), st.sampled_from(COLOURS), st.booleans()), max_size=4),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    size=st.integers(min_value=1, max_value=20),
+    initial=st.lists(st.booleans(), min_size=40, max_size=40),
+    scans=st.lists(scan, min_size=1, max_size=12),
+)
+def test_the_array_scan_walks_as_the_plain_loop(
+    size: int, initial: list[bool], scans: list[tuple[str, int | None, bool, list[tuple[int, str, bool]]]]
+) -> None:
+    nodes = [NodeInfo.create(f"n{index:02d}", Resource(milli_cpu=1000)) for index in range(size)]
+    table = TablePredicate()
+    for index, node in enumerate(nodes):
+        for offset, colour in enumerate(COLOURS):
+            table.passes[(node.name, colour)] = initial[2 * index + offset]
+    registry = default_registry()
+    registry.register_plugin("table", lambda arguments: table)
+    conf = SchedulerConfig(actions=("allocate",), tiers=(Tier((PluginOption("table"),)),))
+    ssn = Session(ClusterSnapshot(nodes={node.name: node for node in nodes}), conf, registry)
+    ssn.open()
+    memo = EquivalenceMemo()
+    memo.bind(conf)
+    ssn.memo = memo
+    offset = 0
+    for number, (colour, to_find, first_fit, changes) in enumerate(scans):
+        # The cluster changes between scans: a node's answer flips and the node says so.
+        for index, changed_colour, passes in changes:
+            if index < size:
+                table.passes[(nodes[index].name, changed_colour)] = passes
+                nodes[index].touch()
+        task = pod(f"p{number}", colour)
+        found = feasible_nodes(ssn, task, nodes, check_resources=False, nodes_to_find=to_find, first_fit=first_fit)
+        # The plain walk.
+        sampled = not first_fit and to_find is not None and to_find < size
+        start = offset % size if sampled else 0
+        wanted = 1 if first_fit else to_find if sampled and to_find is not None else size
+        expected: list[str] = []
+        failing: list[str] = []
+        visited = 0
+        for step in range(size):
+            node = nodes[(start + step) % size]
+            visited += 1
+            if table.passes[(node.name, colour)]:
+                expected.append(node.name)
+                if len(expected) >= wanted:
+                    break
+            else:
+                failing.append(node.name)
+        if sampled:
+            offset = (start + visited) % size
+        assert [node.name for node in found] == expected
+        assert ssn.node_scan_offset == offset
+        assert sorted(ssn.fit_errors.get(task.uid, {})) == sorted(failing)
