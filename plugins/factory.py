@@ -10,6 +10,7 @@ from numasched.plugins import (
     drf,
     gang,
     nodeorder,
+    numa_affinity_group,
     overcommit,
     pdb,
     predicates,
@@ -40,5 +41,6 @@ def register_builtin_plugins(registry: Registry, warnings: WarnOnce) -> None:
     registry.register_plugin(numaaware_plugin.PLUGIN_NAME, numaaware_plugin.NumaAwareBuilder())
     registry.register_plugin(task_topology.PLUGIN_NAME, task_topology.TaskTopologyBuilder())
     registry.register_plugin(dra_plugin.PLUGIN_NAME, dra_plugin.build)
+    registry.register_plugin(numa_affinity_group.PLUGIN_NAME, numa_affinity_group.build)
     for name in ACCEPTED_NOOP_PLUGINS:
         registry.register_plugin(name, noop_builder(name, warnings))

@@ -26,6 +26,10 @@ L3 rounding (providers/cpu_burst.py); docs/policies.md, "Node-level and pod-leve
 Scores: fewer NUMA nodes first (Volcano's normalisation, 0-100 times weight); for device pods,
 plus up to a quarter of that for the better-linked device set (link_scores).
 
+A plugin implementing restriction.RestrictsNuma (numa-affinity-group) may keep a pod with its
+group: a node is then admitted only when the pod's placement there (and its gang companions'
+after it) stays on the group's NUMA nodes.
+
 Per feasible node the predicate only decides admission and the NUMA span the score needs
 (admission.admit_pod: hints and merge where that is exact, the full placement otherwise). The
 decision is kept, per node, for the task being decided; on_allocate completes the one for the
@@ -79,7 +83,7 @@ from numasched.plugins.numaaware.pod_policy import (
     enforcer,
     read_pod_spec,
 )
-from numasched.plugins.numaaware.policy import check_numa_node_limit, parse_policy
+from numasched.plugins.numaaware.policy import PolicyError, check_numa_node_limit, parse_policy
 from numasched.plugins.numaaware.providers.base import FreeResources, HintProvider, free_resources
 from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory, guaranteed_cpus
 from numasched.plugins.numaaware.providers.cpu_burst import burst_allocation
@@ -93,6 +97,7 @@ from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.dra import dra_provider_factory
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, keeps_group, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
 from numasched.scheduler.framework.equivalence import Candidates, Floats, Objects
@@ -300,6 +305,8 @@ class NumaAwarePlugin:
         self._own_task: TaskInfo | None = None
         # Per node: its NUMA occupancy (exclusivity) at a generation.
         self._occupancies: dict[str, tuple[int, NumaOccupancy]] = {}
+        # Whether a plugin of the session restricts NUMA placement (restriction.py); None: not asked.
+        self._restricting: bool | None = None
 
     @property
     def name(self) -> str:
@@ -328,6 +335,7 @@ class NumaAwarePlugin:
 
     def on_session_close(self, ssn: Session) -> None:
         self._session = None
+        self._restricting = None
         self._own_state = CycleState("")
         self._own_task = None
         self.tables.trim()
@@ -493,6 +501,10 @@ class NumaAwarePlugin:
         ruled = self._exclusive(task, subject, node, topology, free, policy, placement)
         # Given a Placement, _exclusive answers with a Placement (this one or another) or a Status.
         assert not isinstance(ruled, Admission)
+        if isinstance(ruled, Placement):
+            apart = self._apart_from_group(task, subject, node, topology, free, policy, ruled)
+            if apart is not None:
+                return apart
         return ruled
 
     def admit(self, task: TaskInfo, node: NodeInfo) -> Placement | Admission | Status:
@@ -519,10 +531,62 @@ class NumaAwarePlugin:
         outcome = self._exclusive(task, subject, node, topology, state.free, policy, outcome)
         if isinstance(outcome, Status):
             return outcome
+        apart = self._apart_from_group(task, subject, node, topology, state.free, policy, outcome)
+        if apart is not None:
+            return apart
         pod.decided[node.name] = _Decision(
             outcome, state.free, topology, policy, (state.class_id, shape), node.generation, outcome.numa.count()
         )
         return outcome
+
+    # -- NUMA restrictions (restriction.py): another plugin (numa-affinity-group) admits the node
+    # only if the pod's placement there keeps it with its group. Checked, never steered.
+
+    def _apart_from_group(
+        self,
+        task: TaskInfo,
+        subject: TaskInfo,
+        node: NodeInfo,
+        topology: NumaTopology,
+        free: FreeResources,
+        policy: TopologyPolicy,
+        outcome: Placement | Admission,
+    ) -> Status | None:
+        """Why this outcome would take the pod away from its group; None when it keeps it there
+        or nothing restricts the pod."""
+        restriction = self._restriction(task, node)
+        if restriction is None:
+            return None
+        allocation = outcome.allocation if isinstance(outcome, Placement) else None
+        if isinstance(outcome, Admission) and restriction.companions:
+            allocation = allocate_admitted(subject, outcome, topology, free, self.providers, policy).allocation
+        node_policy = topology.policies.topology_manager_policy
+
+        def place(companion: TaskInfo, pool: FreeResources) -> Placement:
+            try:
+                companion_policy = stricter(node_policy, pod_policy(companion))
+            except PolicyError as error:
+                return Placement(False, f"pod {companion.key}: annotation {POLICY_ANNOTATION}: {error}")
+            return place_pod(companion, topology, pool, self.providers, companion_policy)
+
+        why = keeps_group(outcome.numa, allocation, restriction, free, place)
+        return Status.unschedulable(why, PLUGIN_NAME) if why else None
+
+    def _restriction(self, task: TaskInfo, node: NodeInfo) -> NumaRestriction | None:
+        ssn = self._session
+        if ssn is None:
+            return None
+        if self._restricting is None:
+            # Asked once the session's plugins are all open (actions run after every open).
+            self._restricting = any_restricting(ssn)
+        if not self._restricting:
+            return None
+        state = self._cycle_state(task)
+        restrict = state.get(_RESTRICTION_KEY, _UNASKED_RESTRICTION)
+        if restrict is _UNASKED_RESTRICTION:
+            restrict = restriction_of(ssn, task)
+            state.write(_RESTRICTION_KEY, restrict)
+        return None if restrict is None else restrict(node)
 
     def _node_state(self, node: NodeInfo, topology: NumaTopology) -> _NodeState:
         """Admission depends only on the node's topology content and what is pinned there
@@ -1032,6 +1096,9 @@ _POD_KEY = "numa-aware/pod"
 _NEEDS_KEY = "numa-aware/pinned-needs"
 _SPEC_KEY = "numa-aware/pod-spec"
 _VIEW_KEY = "numa-aware/agent-view"
+# The pod's NUMA restriction per node (restriction.py), asked once per pod.
+_RESTRICTION_KEY = "numa-aware/restriction"
+_UNASKED_RESTRICTION = object()
 
 
 @attrs.frozen(slots=True)

@@ -313,6 +313,11 @@ class Session:
         self._classes[uid] = key
         return key
 
+    def forget_equivalence_class(self, task_uid: str) -> None:
+        """Compute the task's class afresh when next asked: a plugin whose key reads something
+        that changed during the session (numa-affinity-group: where the pod's group peers are)."""
+        self._classes.pop(task_uid, None)
+
     def _declaring_plugins(self) -> list[tuple[str, DeclaresEquivalence]] | None:
         if self._equivalence_plugins is None:
             answering = set(self._predicate_fns) | set(self._node_order_fns)
