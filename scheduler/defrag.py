@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from numasched.api.disruption_budget import DisruptionBudget, budgets_of, computed_disruptions_allowed
 from numasched.api.node import NodeInfo
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo, TaskStatus
@@ -45,7 +46,6 @@ from numasched.conf.model import SchedulerConfig
 from numasched.plugins.conformance import is_critical
 from numasched.plugins.numaaware.admission import Placement
 from numasched.plugins.priority import effective_priority
-from numasched.scheduler.disruption_budget import BudgetPod, DisruptionBudget, covering, disruptions_left
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.framework.status import Status
@@ -58,6 +58,7 @@ MAX_BLOCKS_PER_NODE = 64
 # Priority classes that never move, whatever --max-priority says (kube-system pods never move either).
 CRITICAL_PRIORITY = 2_000_000_000
 MOVABLE_STATUSES = frozenset({TaskStatus.RUNNING, TaskStatus.BOUND})
+FINISHED_STATUSES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
 _SHAPE_ITEM = re.compile(r"^\s*([0-9][0-9.]*[A-Za-z]*)\s*x\s*([A-Za-z0-9./_-]+)\s*$")
 _PROBE_NAME = "defrag-probe"
 # The memory a block with CPUs and no memory asks for (so the probe is Guaranteed): next to nothing.
@@ -228,6 +229,24 @@ def pending_copy(task: TaskInfo) -> TaskInfo:
     return pending
 
 
+def disruptions_left(budgets: Sequence[DisruptionBudget], tasks: Iterable[TaskInfo]) -> dict[str, int]:
+    """Per budget key, the disruptions it allows now: status.disruptionsAllowed when the object has
+    a status (the figure the Eviction API enforces), else what the disruption controller would
+    write from the pods it matches, those not finished expected and the running ones healthy (a
+    bound pod is not ready yet)."""
+    listed = list(tasks)
+    left: dict[str, int] = {}
+    for budget in budgets:
+        if budget.disruptions_allowed is not None:
+            left[budget.key] = budget.disruptions_allowed
+            continue
+        matched = [task for task in listed if budget.matches(task.namespace, task.labels)]
+        expected = sum(1 for task in matched if task.status not in FINISHED_STATUSES)
+        healthy = sum(1 for task in matched if task.status is TaskStatus.RUNNING)
+        left[budget.key] = computed_disruptions_allowed(budget, expected, healthy)
+    return left
+
+
 class Planner:
     """One shape's block counts and move search on one open session."""
 
@@ -251,13 +270,7 @@ class Planner:
         # destinations they name are unchanged (the strategies and their steps share them).
         self._steps: dict[tuple[str, int, tuple[tuple[str, int], ...]], list[Step]] = {}
         tasks = [task for node in ssn.nodes.values() for task in node.tasks.values()]
-        self.budget_left = disruptions_left(
-            self.budgets,
-            (
-                BudgetPod(task.key, task.namespace, task.labels, task.status in MOVABLE_STATUSES)
-                for task in {task.uid: task for task in tasks}.values()
-            ),
-        )
+        self.budget_left = disruptions_left(self.budgets, {task.uid: task for task in tasks}.values())
 
     # -- placing on node copies -------------------------------------------------------------
 
@@ -455,7 +468,9 @@ class Planner:
                 if tried >= SEARCH_BUDGET:
                     break
                 tried += 1
-                used = [key for task in subset for key in covering(self.budgets, task.namespace, task.labels)]
+                used = [
+                    budget.key for task in subset for budget in budgets_of(self.budgets, task.namespace, task.labels)
+                ]
                 if any(used.count(key) > budget_left.get(key, 0) for key in set(used)):
                     continue
                 after = target.clone()

@@ -12,11 +12,15 @@ import io
 import json
 import shutil
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
+from numasched.api.disruption_budget import DisruptionBudget
 from numasched.api.task import TaskStatus
 from numasched.cache.cache import Cache
+from numasched.cache.convert_pdb import ConversionError, pdb_from_object
 from numasched.cache.eviction import Evictor, EvictRequest, EvictStatus
 from numasched.cli_exit_codes import EXIT_CONFIG, EXIT_FAILURE, EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.cli_input_files import InputFileError
@@ -35,7 +39,6 @@ from numasched.scheduler.defrag import (
     place_copy,
     plan_json,
 )
-from numasched.scheduler.disruption_budget import DisruptionBudget, budget_from_object
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.simulate import add_input_arguments, load_cluster, load_config, simulate
@@ -142,8 +145,7 @@ async def run_defrag(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     if not args.as_is:
         await simulate(cluster, config, registry, max_cycles=args.max_cycles, progress=False)
-    budgets = [budget_from_object(obj) for obj in cluster.objects["PodDisruptionBudget"].values()]
-    _warn_unreadable(budgets)
+    budgets = read_budgets(cluster.objects["PodDisruptionBudget"].values())
     plans = [
         defrag_in_cache(
             cluster.cache, config, registry, shape, scheduler_name=args.scheduler_name, budgets=budgets, options=options
@@ -154,14 +156,53 @@ async def run_defrag(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _warn_unreadable(budgets: Sequence[DisruptionBudget]) -> None:
-    for budget in budgets:
-        if budget.problem:
+def budget_for_eviction(obj: Mapping[str, Any]) -> tuple[DisruptionBudget, list[str]]:
+    """A PodDisruptionBudget object as defrag plans with it: read by pdb_from_object (the cache's
+    reading, with its problems), then on the Eviction API's side, which `--apply` goes through:
+
+    - a selector that is there but selects nothing in that reading covers every pod of the
+      namespace: an empty selector ({}) does so in policy/v1 (Volcano's pdb plugin, and so the
+      cache, skip such a budget), and of one that cannot be read defrag cannot tell which pods
+      are meant;
+    - a budget with a field that cannot be read allows no disruption, so the pods it may cover stay.
+
+    Raises ConversionError when the object has no name."""
+    budget, problems = pdb_from_object(obj)
+    spec = obj.get("spec")
+    if spec is None or isinstance(spec, Mapping):
+        selector_given = spec is not None and spec.get("selector") is not None
+    else:
+        problems.append(f"spec: expected an object, got {type(spec).__name__}")
+        selector_given = True  # which pods it meant cannot be told
+    if selector_given and not budget.selects:
+        budget = attrs.evolve(budget, match_labels={}, match_expressions=(), selects=True)
+    if problems:
+        budget = attrs.evolve(budget, disruptions_allowed=0)
+    return budget, problems
+
+
+def read_budgets(objects: Iterable[Mapping[str, Any]]) -> list[DisruptionBudget]:
+    """budget_for_eviction over the objects; each one not fully read is named on stderr."""
+    budgets: list[DisruptionBudget] = []
+    for obj in objects:
+        try:
+            budget, problems = budget_for_eviction(obj)
+        except ConversionError as error:
+            print(f"numasched defrag: {error}; skipped", file=sys.stderr)
+            continue
+        budgets.append(budget)
+        if problems:
+            held = (
+                f"every pod of namespace {budget.namespace}"
+                if budget.selects and not budget.match_labels and not budget.match_expressions
+                else "the pods it selects"
+            )
             print(
-                f"numasched defrag: PodDisruptionBudget {budget.key}: {budget.problem}; "
-                "the pods it may cover stay where they are",
+                f"numasched defrag: PodDisruptionBudget {budget.key}: {'; '.join(problems)}. "
+                f"defrag lets it allow no disruption: {held} stay where they are",
                 file=sys.stderr,
             )
+    return budgets
 
 
 async def _run_live(
@@ -187,7 +228,6 @@ async def _run_live(
     except ListError as error:
         print(f"numasched defrag: {error}", file=sys.stderr)
         return EXIT_FAILURE
-    _warn_unreadable(budgets)
     plans = [
         defrag_in_cache(
             cache, config, registry, shape, scheduler_name=args.scheduler_name, budgets=budgets, options=options
@@ -224,7 +264,7 @@ async def list_budgets(api: Any, timeout_s: float) -> list[DisruptionBudget]:
     except ValueError as error:
         raise ListError(f"listing PodDisruptionBudgets: the answer is not JSON ({error})") from None
     items = document.get("items") if isinstance(document, Mapping) else None
-    return [budget_from_object(item) for item in items or [] if isinstance(item, Mapping)]
+    return read_budgets(item for item in items or [] if isinstance(item, Mapping))
 
 
 async def live_state(

@@ -18,8 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numasched.api.idset import IdSet
+from numasched.api.resource import Resource
+from numasched.api.task import TaskInfo, TaskStatus
 from numasched.api.topology import TopologyPolicy
 from numasched.cache.cache import Cache
+from numasched.cache.convert_pdb import ConversionError
 from numasched.cache.eviction import EvictRequest, EvictStatus
 from numasched.cache.sim_evictor import SimEvictor
 from numasched.cache.simcluster import SimCluster
@@ -27,9 +30,15 @@ from numasched.cli import build_parser
 from numasched.cli_exit_codes import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from numasched.logconfig import configure_logging
 from numasched.scheduler.builtin import default_registry
-from numasched.scheduler.defrag import DefragOptions, Plan, ShapeError, defrag_in_cache, parse_shape
-from numasched.scheduler.defrag_command import run_defrag
-from numasched.scheduler.disruption_budget import budget_from_object
+from numasched.scheduler.defrag import (
+    DefragOptions,
+    Plan,
+    ShapeError,
+    defrag_in_cache,
+    disruptions_left,
+    parse_shape,
+)
+from numasched.scheduler.defrag_command import budget_for_eviction, read_budgets, run_defrag
 from numasched.scheduler.simulate import load_config, simulate
 
 GEN = load_hack_module("gen_fragmented_cluster")
@@ -155,7 +164,7 @@ async def apply_in_simulation(cluster: SimCluster, plan: Plan, config: Any, regi
 
 def plan_for(cluster: SimCluster, shape: str, **options: Any) -> Plan:
     registry, config = registry_and_config()
-    budgets = [budget_from_object(obj) for obj in cluster.objects["PodDisruptionBudget"].values()]
+    budgets = [budget_for_eviction(obj)[0] for obj in cluster.objects["PodDisruptionBudget"].values()]
     return defrag_in_cache(
         cluster.cache,
         config,
@@ -231,6 +240,19 @@ def test_a_budget_allowing_nothing_keeps_its_pods() -> None:
     assert not {move.pod for move in plan.moves} & serving
 
 
+@pytest.mark.parametrize(("namespace", "moves"), [("default", False), ("elsewhere", True)])
+def test_an_empty_selector_covers_every_pod_of_its_namespace(namespace: str, moves: bool) -> None:
+    """policy/v1 (and so the Eviction API --apply goes through): an empty selector selects all
+    pods of the budget's namespace; every generated pod is in "default"."""
+    cluster_docs, workload = GEN.fragmented_cluster(1, 6)
+    for document in workload:
+        if document["kind"] == "PodDisruptionBudget":
+            document["metadata"]["namespace"] = namespace
+            document["spec"] = {"selector": {}, "maxUnavailable": 0}
+    cluster = load([*cluster_docs, *workload])
+    assert bool(plan_for(cluster, SHAPE_8).moves) is moves
+
+
 def test_max_moves_bounds_the_plan_and_blocks_stop_early() -> None:
     cluster_docs, workload = GEN.fragmented_cluster(3, 6)
     cluster = load([*cluster_docs, *workload])
@@ -286,6 +308,17 @@ def test_bad_shapes_are_named(text: str, says: str) -> None:
         parse_shape(text)
 
 
+def pods(namespace: str, labels: dict[str, str], running: int, bound: int = 0) -> list[TaskInfo]:
+    """Placed pods: `running` of them running (healthy), `bound` bound but not yet running."""
+    made: list[TaskInfo] = []
+    for index in range(running + bound):
+        name = f"{namespace}-{'-'.join(labels.values())}-{index}"
+        task = TaskInfo(name, namespace, name, "job", Resource(), Resource(), labels=dict(labels))
+        task.status = TaskStatus.RUNNING if index < running else TaskStatus.BOUND
+        made.append(task)
+    return made
+
+
 @pytest.mark.parametrize(
     ("spec", "status", "matched", "healthy", "allowed"),
     [
@@ -293,11 +326,16 @@ def test_bad_shapes_are_named(text: str, says: str) -> None:
         ({"minAvailable": "50%"}, None, 3, 3, 1),  # ceil(1.5) = 2 must stay
         ({"maxUnavailable": 1}, None, 4, 4, 1),
         ({"maxUnavailable": "30%"}, None, 4, 3, 1),  # desired 4 - ceil(1.2) = 2; 3 healthy
-        ({"maxUnavailable": 1}, None, 4, 3, 0),  # one is already down
-        ({}, None, 3, 3, 2),  # policy/v1 defaults minAvailable to 1
+        ({"maxUnavailable": 1}, None, 4, 3, 0),  # one is bound, not running yet: already down
+        # policy/v1 defaults neither field: the controller then wants none healthy.
+        ({}, None, 3, 3, 3),
         ({"maxUnavailable": 1}, {"disruptionsAllowed": 0}, 4, 4, 0),  # the controller's count wins
+        ({"minAvailable": 4}, {"disruptionsAllowed": 2}, 4, 4, 2),  # ... both ways
         ({"minAvailable": "lots"}, None, 4, 4, 0),  # unreadable: nothing allowed
+        ({"minAvailable": "lots"}, {"disruptionsAllowed": 3}, 4, 4, 0),  # ... whatever the status says
+        ({"minAvailable": "2"}, None, 4, 4, 0),  # a quoted number is not an intstr the controller reads
         ({"minAvailable": 1, "maxUnavailable": 1}, None, 4, 4, 0),
+        ({"minAvailable": 1}, {"disruptionsAllowed": -1}, 4, 4, 0),
     ],
 )
 def test_budget_arithmetic(
@@ -310,28 +348,71 @@ def test_budget_arithmetic(
     }
     if status is not None:
         obj["status"] = status
-    assert budget_from_object(obj).allowed(matched, healthy) == allowed
+    budget, _ = budget_for_eviction(obj)
+    # Pods of other apps, and of the app in another namespace, count for nothing.
+    tasks = [
+        *pods("ns", {"app": "x"}, healthy, matched - healthy),
+        *pods("ns", {"app": "y"}, 5),
+        *pods("o", {"app": "x"}, 5),
+    ]
+    assert disruptions_left([budget], tasks) == {"ns/b": allowed}
+
+
+def budget_object(spec: Any) -> dict[str, Any]:
+    return {"kind": "PodDisruptionBudget", "metadata": {"name": "b", "namespace": "ns"}, "spec": spec}
 
 
 def test_budget_selectors() -> None:
-    budget = budget_from_object(
-        {
-            "metadata": {"name": "b", "namespace": "ns"},
-            "spec": {
+    budget, problems = budget_for_eviction(
+        budget_object(
+            {
                 "selector": {
                     "matchLabels": {"app": "x"},
                     "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}],
                 }
-            },
-        }
+            }
+        )
     )
-    assert budget.covers("ns", {"app": "x", "tier": "a"})
-    assert not budget.covers("ns", {"app": "x", "tier": "c"})
-    assert not budget.covers("other", {"app": "x", "tier": "a"})
-    everything = budget_from_object({"metadata": {"name": "e", "namespace": "ns"}, "spec": {"selector": {}}})
-    assert everything.covers("ns", {})
-    nothing = budget_from_object({"metadata": {"name": "n", "namespace": "ns"}, "spec": {}})
-    assert not nothing.covers("ns", {})
+    assert problems == []
+    assert budget.matches("ns", {"app": "x", "tier": "a"})
+    assert not budget.matches("ns", {"app": "x", "tier": "c"})
+    assert not budget.matches("other", {"app": "x", "tier": "a"})
+    # policy/v1: an empty selector selects every pod of the namespace, a missing (null) one none.
+    empties: list[dict[str, Any]] = [{}, {"matchLabels": {}, "matchExpressions": []}]
+    for empty in empties:
+        everything, problems = budget_for_eviction(budget_object({"selector": empty, "maxUnavailable": 1}))
+        assert problems == [] and everything.matches("ns", {}) and everything.matches("ns", {"app": "y"})
+        assert not everything.matches("other", {})
+        assert everything.disruptions_allowed is None  # computed from the pods, as for any budget
+    for missing in ({}, {"selector": None, "minAvailable": 1}):
+        nothing, problems = budget_for_eviction(budget_object(missing))
+        assert problems == [] and not nothing.matches("ns", {})
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"selector": {"matchExpressions": [{"key": "k", "operator": "Near"}]}}, "spec.selector.matchExpressions[0]"),
+        ({"selector": "app=x", "maxUnavailable": 1}, "spec.selector"),
+        ({"selector": {"matchLabels": ["app"]}}, "spec.selector.matchLabels"),
+        ("app=x", "spec"),
+    ],
+)
+def test_a_selector_that_cannot_be_read_holds_the_whole_namespace(spec: Any, field: str) -> None:
+    """Which pods such a budget means cannot be told: none of its namespace moves."""
+    budget, problems = budget_for_eviction(budget_object(spec))
+    assert problems and problems[0].startswith(field), problems
+    assert budget.matches("ns", {}) and budget.matches("ns", {"app": "x"}) and not budget.matches("other", {})
+    assert disruptions_left([budget], pods("ns", {"app": "x"}, 4)) == {"ns/b": 0}
+
+
+def test_a_budget_without_a_name_is_named_and_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    nameless = {"kind": "PodDisruptionBudget", "metadata": {"namespace": "ns"}, "spec": {}}
+    with pytest.raises(ConversionError, match=r"metadata\.name is missing"):
+        budget_for_eviction(nameless)
+    read = read_budgets([nameless, budget_object({"selector": {}, "maxUnavailable": 0})])
+    assert [budget.key for budget in read] == ["ns/b"]
+    assert "PodDisruptionBudget <unknown>: metadata.name is missing; skipped" in capsys.readouterr().err
 
 
 def _write_dump(tmp_path: Any, seed: int) -> tuple[str, str]:
@@ -408,12 +489,12 @@ _JSON = st.recursive(
     labels=st.dictionaries(st.sampled_from(["app", "tier"]), st.sampled_from(["x", "a"]), max_size=2),
 )
 def test_any_budget_object_is_read_without_raising(spec: Any, status: Any, labels: dict[str, str]) -> None:
-    budget = budget_from_object({"metadata": {"name": "b", "namespace": "ns"}, "spec": spec, "status": status})
-    allowed = budget.allowed(3, 2)
+    budget, problems = budget_for_eviction(budget_object(spec) | {"status": status})
+    allowed = disruptions_left([budget], pods("ns", labels, 2, 1))["ns/b"]
     assert allowed >= 0
-    if budget.problem:
+    if problems:
         assert allowed == 0
-    budget.covers("ns", labels)
+    budget.matches("ns", labels)
 
 
 def test_an_unreadable_budget_is_named_and_keeps_its_pods(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -429,7 +510,8 @@ def test_an_unreadable_budget_is_named_and_keeps_its_pods(tmp_path: Path, capsys
     )
     captured = capsys.readouterr()
     assert code == EXIT_OK
-    assert "PodDisruptionBudget default/serving: spec.maxUnavailable 'one' is neither an integer" in captured.err
+    assert "PodDisruptionBudget default/serving: spec.maxUnavailable: expected a non-negative integer" in captured.err
+    assert "'one'" in captured.err and "the pods it selects stay where they are" in captured.err
     serving = {f"default/{p['metadata']['name']}" for p in workload if p.get("kind") == "Pod"
                and p["metadata"]["labels"]["app"] == "serving"}  # fmt: skip
     assert not {move["pod"] for move in json.loads(captured.out)["plans"][0]["moves"]} & serving
