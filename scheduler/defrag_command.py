@@ -193,13 +193,13 @@ def read_budgets(objects: Iterable[Mapping[str, Any]]) -> list[DisruptionBudget]
         budgets.append(budget)
         if problems:
             held = (
-                f"every pod of namespace {budget.namespace}"
+                f"all pods of namespace {budget.namespace}"
                 if budget.selects and not budget.match_labels and not budget.match_expressions
                 else "the pods it selects"
             )
             print(
                 f"numasched defrag: PodDisruptionBudget {budget.key}: {'; '.join(problems)}. "
-                f"defrag lets it allow no disruption: {held} stay where they are",
+                f"For defrag it allows no disruption: {held} stay where they are",
                 file=sys.stderr,
             )
     return budgets

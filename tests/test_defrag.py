@@ -398,12 +398,16 @@ def test_budget_selectors() -> None:
         ("app=x", "spec"),
     ],
 )
-def test_a_selector_that_cannot_be_read_holds_the_whole_namespace(spec: Any, field: str) -> None:
+def test_a_selector_that_cannot_be_read_holds_the_whole_namespace(
+    spec: Any, field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Which pods such a budget means cannot be told: none of its namespace moves."""
     budget, problems = budget_for_eviction(budget_object(spec))
     assert problems and problems[0].startswith(field), problems
     assert budget.matches("ns", {}) and budget.matches("ns", {"app": "x"}) and not budget.matches("other", {})
     assert disruptions_left([budget], pods("ns", {"app": "x"}, 4)) == {"ns/b": 0}
+    read_budgets([budget_object(spec)])
+    assert "For defrag it allows no disruption: all pods of namespace ns stay" in capsys.readouterr().err
 
 
 def test_a_budget_without_a_name_is_named_and_skipped(capsys: pytest.CaptureFixture[str]) -> None:
