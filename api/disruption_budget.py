@@ -60,7 +60,8 @@ class DisruptionBudget:
     name: str
     match_labels: Mapping[str, str] = attrs.field(factory=dict)
     match_expressions: tuple[LabelRequirement, ...] = ()
-    # False: no selector, an empty one, or one that could not be read; the budget matches nothing.
+    # False: no selector (null); the budget matches nothing. An empty selector matches every pod of
+    # the namespace (policy/v1), and so does one that could not be read (cache/convert_pdb.py).
     selects: bool = False
     min_available: IntOrPercent | None = None
     max_unavailable: IntOrPercent | None = None

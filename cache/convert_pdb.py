@@ -62,32 +62,37 @@ def _requirement(raw: Any, field: str) -> LabelRequirement:
     return LabelRequirement(key, parsed, frozenset(values))
 
 
+# policy/v1: a null selector selects no pod, an empty one ({}) every pod of the namespace. A
+# selector that cannot be read is taken as the empty one, and its budget allows no disruption, so
+# no pod it may have meant is chosen as a victim (the Eviction API would refuse it anyway).
+_UNREADABLE = "; the budget covers every pod of its namespace and allows no disruption"
+
+
 def _selector(raw: Any, problems: list[str]) -> tuple[dict[str, str], tuple[LabelRequirement, ...], bool]:
-    """(matchLabels, matchExpressions, selects anything)."""
+    """(matchLabels, matchExpressions, selects anything); a problem ends with _UNREADABLE."""
     if raw is None:
         return {}, (), False
     if not isinstance(raw, Mapping):
-        problems.append(f"spec.selector: expected an object, got {type(raw).__name__}; the budget protects no pod")
-        return {}, (), False
+        problems.append(f"spec.selector: expected an object, got {type(raw).__name__}{_UNREADABLE}")
+        return {}, (), True
     labels_raw = raw.get("matchLabels") or {}
     expressions_raw = raw.get("matchExpressions") or []
     if not isinstance(labels_raw, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in labels_raw.items()
     ):
-        problems.append("spec.selector.matchLabels: expected a map of strings; the budget protects no pod")
-        return {}, (), False
+        problems.append(f"spec.selector.matchLabels: expected a map of strings{_UNREADABLE}")
+        return {}, (), True
     if not isinstance(expressions_raw, list):
-        problems.append("spec.selector.matchExpressions: expected a list; the budget protects no pod")
-        return {}, (), False
+        problems.append(f"spec.selector.matchExpressions: expected a list{_UNREADABLE}")
+        return {}, (), True
     try:
         expressions = tuple(
             _requirement(item, f"spec.selector.matchExpressions[{index}]") for index, item in enumerate(expressions_raw)
         )
     except ValueError as error:
-        problems.append(f"{error}; the budget protects no pod")
-        return {}, (), False
-    labels = dict(labels_raw)
-    return labels, expressions, bool(labels or expressions)
+        problems.append(f"{error}{_UNREADABLE}")
+        return {}, (), True
+    return dict(labels_raw), expressions, True
 
 
 def pdb_from_object(obj: Mapping[str, Any]) -> tuple[DisruptionBudget, list[str]]:
@@ -99,6 +104,7 @@ def pdb_from_object(obj: Mapping[str, Any]) -> tuple[DisruptionBudget, list[str]
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
     status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
     match_labels, match_expressions, selects = _selector(spec.get("selector"), problems)
+    selector_unreadable = bool(problems)
     before = len(problems)
     min_available = _int_or_percent(spec.get("minAvailable"), "spec.minAvailable", problems)
     max_unavailable = _int_or_percent(spec.get("maxUnavailable"), "spec.maxUnavailable", problems)
@@ -112,6 +118,8 @@ def pdb_from_object(obj: Mapping[str, Any]) -> tuple[DisruptionBudget, list[str]
         allowed = None
     if allowed is None and bounds_unreadable:
         problems[-1] += "; the budget allows no disruption"
+        allowed = 0
+    if selector_unreadable:
         allowed = 0
     disrupted = status.get("disruptedPods") or {}
     if not isinstance(disrupted, Mapping):

@@ -18,9 +18,11 @@ What a budget allows, per session:
   terminating, so they are already counted.
 
 Where numasched differs from Volcano, on purpose: Volcano's filter drops every pod that has no
-labels from the victims (a `continue` that skips the append); a pod without labels matches no
-budget, so here it stays a victim. Volcano reads only status.disruptionsAllowed (0 for a budget
-without a status); numasched computes the figure when there is no status.
+labels from the victims (a `continue` that skips the append); here such a pod is held by the
+budgets that select it (an empty selector does). Selectors are read as policy/v1 reads them, as
+the Eviction API enforces them: an empty one selects every pod of the namespace, where Volcano
+skips the budget. Volcano reads only status.disruptionsAllowed (0 for a budget without a status);
+numasched computes the figure when there is no status.
 """
 
 from __future__ import annotations

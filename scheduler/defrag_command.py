@@ -157,24 +157,17 @@ async def run_defrag(args: argparse.Namespace) -> int:
 
 
 def budget_for_eviction(obj: Mapping[str, Any]) -> tuple[DisruptionBudget, list[str]]:
-    """A PodDisruptionBudget object as defrag plans with it: read by pdb_from_object (the cache's
-    reading, with its problems), then on the Eviction API's side, which `--apply` goes through:
-
-    - a selector that is there but selects nothing in that reading covers every pod of the
-      namespace: an empty selector ({}) does so in policy/v1 (Volcano's pdb plugin, and so the
-      cache, skip such a budget), and of one that cannot be read defrag cannot tell which pods
-      are meant;
-    - a budget with a field that cannot be read allows no disruption, so the pods it may cover stay.
+    """A PodDisruptionBudget object as defrag plans with it: the cache's reading (pdb_from_object:
+    policy/v1's selectors, as the Eviction API that `--apply` goes through enforces them), and a
+    budget with any field that cannot be read allows no disruption, so the pods it may cover stay.
+    A spec that is not an object is such a field: which pods it meant cannot be told, so it covers
+    every pod of its namespace.
 
     Raises ConversionError when the object has no name."""
     budget, problems = pdb_from_object(obj)
     spec = obj.get("spec")
-    if spec is None or isinstance(spec, Mapping):
-        selector_given = spec is not None and spec.get("selector") is not None
-    else:
+    if spec is not None and not isinstance(spec, Mapping):
         problems.append(f"spec: expected an object, got {type(spec).__name__}")
-        selector_given = True  # which pods it meant cannot be told
-    if selector_given and not budget.selects:
         budget = attrs.evolve(budget, match_labels={}, match_expressions=(), selects=True)
     if problems:
         budget = attrs.evolve(budget, disruptions_allowed=0)

@@ -179,18 +179,18 @@ def test_conversion_reads_the_api_fields() -> None:
         (
             pdb_object("b", {"matchExpressions": [{"key": "k", "operator": "Near"}]}, minAvailable=1),
             "spec.selector.matchExpressions[0].operator",
-            False,
-            None,
+            True,
+            0,
         ),
         (
             pdb_object("b", {"matchExpressions": [{"key": "k", "operator": "In"}]}, minAvailable=1),
             "spec.selector.matchExpressions[0].values",
-            False,
-            None,
+            True,
+            0,
         ),
         (pdb_object("b", {"matchLabels": {"a": "b"}}, minAvailable="lots"), "spec.minAvailable", True, 0),
         (pdb_object("b", {"matchLabels": {"a": "b"}}, minAvailable="2"), "spec.minAvailable", True, 0),
-        (pdb_object("b", "app=web", minAvailable=1), "spec.selector", False, None),
+        (pdb_object("b", "app=web", minAvailable=1), "spec.selector", True, 0),
     ],
 )
 def test_unreadable_fields_are_named_and_stay_on_the_safe_side(
@@ -202,9 +202,14 @@ def test_unreadable_fields_are_named_and_stay_on_the_safe_side(
     assert read.disruptions_allowed == allowed
 
 
-def test_an_empty_selector_protects_nothing_as_in_volcano() -> None:
+def test_an_empty_selector_covers_the_namespace_and_a_null_one_nothing_as_in_policy_v1() -> None:
+    # policy/v1 (the Eviction API's reading), not Volcano's, which skips an empty selector: a
+    # victim chosen under Volcano's reading would be refused by the API server.
     read, problems = pdb_from_object(pdb_object("b", {}, minAvailable=1))
-    assert problems == [] and not read.matches("default", {"app": "web"})
+    assert problems == [] and read.matches("default", {"app": "web"}) and read.matches("default", {})
+    assert not read.matches("other", {"app": "web"})
+    null, problems = pdb_from_object(pdb_object("b", None, minAvailable=1))
+    assert problems == [] and not null.matches("default", {"app": "web"})
 
 
 def test_the_cache_names_a_bad_budget_and_keeps_it() -> None:
