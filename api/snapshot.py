@@ -33,6 +33,9 @@ class QueueInfo:
     hierarchy_weights: str = ""
     # status.allocated as last written (None: never written), so only a change is written again.
     status_allocated: Resource | None = None
+    # True for the default queue the cache stands in when the cluster has no Queue of that name:
+    # there is no object to write a status to.
+    implicit: bool = False
 
 
 @attrs.define(slots=True)

@@ -579,7 +579,7 @@ class Cache:
             disruption_budgets=dict(self._disruption_budgets),
         )
         if "default" not in snapshot.queues:
-            snapshot.queues["default"] = QueueInfo("default")
+            snapshot.queues["default"] = QueueInfo("default", implicit=True)
         placed: dict[str, TaskInfo] = {}
         for name in self._nodes:
             accounted = self._accounted[name]

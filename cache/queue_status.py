@@ -75,9 +75,12 @@ def _same(first: Resource, second: Resource) -> bool:
 
 
 def changed_queue_status(jobs: Iterable[JobInfo], queues: Mapping[str, QueueInfo]) -> dict[str, dict[str, str]]:
-    """The status.allocated to write, for the queues where it differs from what is there."""
+    """The status.allocated to write, for the Queue objects where it differs from what is there
+    (not for the implicit default queue, which has no object)."""
     changed: dict[str, dict[str, str]] = {}
     for name, total in queue_allocated(jobs, queues).items():
+        if queues[name].implicit:
+            continue
         written = queues[name].status_allocated
         if written is None or not _same(written, total):
             changed[name] = resource_list(total)

@@ -120,3 +120,17 @@ async def test_the_simulated_cluster_keeps_it() -> None:
     queue, problems = queue_from_object(stored)
     assert problems == [] and queue.status_allocated == Resource(2000, 2**30)
     assert not await SimQueueStatusWriter(cluster).write("missing", {})
+
+
+def test_the_implicit_default_queue_gets_no_status_write() -> None:
+    # A cluster without a Queue named default: the cache stands one in, and there is no object to
+    # patch (the API server would answer 404 every cycle).
+    cluster = SimCluster(Cache())
+    snapshot = cluster.cache.snapshot()
+    assert snapshot.queues["default"].implicit
+    jobs = [job("a", "default", [task("a0", TaskStatus.RUNNING, 1000, 1)])]
+    assert changed_queue_status(jobs, snapshot.queues) == {}
+    cluster.add(queue_object("default"))
+    declared = cluster.cache.snapshot().queues
+    assert not declared["default"].implicit
+    assert changed_queue_status(jobs, declared) == {"default": {"cpu": "1", "memory": "1Gi", GPU: "1"}}
