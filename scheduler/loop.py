@@ -148,7 +148,7 @@ def run_session(
         else:
             message = task.fit_error or _unattempted_message(task, config)
         unschedulable.append(Unschedulable(task, message))
-    return SessionResult(
+    result = SessionResult(
         bind_requests=tuple(ssn.bind_requests),
         unschedulable=tuple(unschedulable),
         job_updates=tuple(ssn.job_updates.values()),
@@ -159,6 +159,8 @@ def run_session(
         held_back=frozenset(ssn.held_back),
         stopped=should_stop(),
     )
+    ssn.release()
+    return result
 
 
 @attrs.define(slots=True)

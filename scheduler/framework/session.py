@@ -282,6 +282,37 @@ class Session:
             except Exception as error:
                 self.record_fault(name, POINT_SESSION_CLOSE, error)
 
+    def release(self) -> None:
+        """Drop the plugins and what they registered once the session's results are read: plugins
+        hold the session (and so the snapshot) and the session holds their functions, a cycle that
+        only the collector's rare full collections would free, keeping each cycle's copy of the
+        cluster alive meanwhile."""
+        self.plugins.clear()
+        for registered in (
+            self._predicate_fns,
+            self._pre_predicate_fns,
+            self._node_order_fns,
+            self._batch_node_order_fns,
+            self._best_node_fns,
+            self._job_order_fns,
+            self._task_order_fns,
+            self._job_ready_fns,
+            self._job_pipelined_fns,
+            self._job_valid_fns,
+            self._job_enqueueable_fns,
+            self._allocatable_fns,
+            self._preemptable_fns,
+            self._reclaimable_fns,
+        ):
+            registered.clear()
+        self.event_handlers.clear()
+        self._ordered_cache.clear()
+        self._node_indexes.clear()
+        self.kept_statements.clear()
+        self.failed_scans.clear()
+        self._cycle_state = CycleState("")
+        self.memo = None
+
     def cycle_state(self, task: TaskInfo) -> CycleState:
         """The per-pod state of the task being decided: one per task, fresh for each new task."""
         state = self._cycle_state
