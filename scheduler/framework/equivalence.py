@@ -111,9 +111,6 @@ class NodeSlots:
                 slot[name] = len(slot)
         return np.fromiter((slot[name] for name in names), dtype=np.int64, count=len(names))
 
-    def slot_of(self, name: str) -> int | None:
-        return self._slot.get(name)
-
     def __len__(self) -> int:
         return len(self._slot)
 
