@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
 from numasched.api.numamask import NumaMask
@@ -160,8 +162,10 @@ def test_too_many_numa_nodes_for_the_kubelet() -> None:
 
 
 def test_scores_follow_volcano_normalisation() -> None:
-    assert normalized_scores({"a": 1, "b": 2, "c": 0}, 2) == {"a": 100.0, "b": 0.0, "c": 200.0}
-    assert normalized_scores({"a": 0, "b": 0}, 1) == {"a": 100.0, "b": 100.0}
+    assert normalized_scores(np.array([1.0, 2.0, 0.0]), 2).tolist() == [100.0, 0.0, 200.0]
+    assert normalized_scores(np.array([0.0, 0.0]), 1).tolist() == [100.0, 100.0]
+    # A node without an admission (-1) scores 0 and does not set the highest count.
+    assert normalized_scores(np.array([1.0, -1.0, 3.0]), 1).tolist() == [67.0, 0.0, 0.0]
 
 
 def test_batch_node_order_prefers_single_numa_placement() -> None:

@@ -205,14 +205,17 @@ def link_scores(qualities: Mapping[str, tuple[int, ...]], weight: int) -> dict[s
     return {node_name: top * rank[quality] * weight for node_name, quality in qualities.items()}
 
 
-def normalized_scores(numa_counts: Mapping[str, int], weight: int) -> dict[str, float]:
-    """Volcano's reverse NormalizeScore: fewer NUMA nodes scores higher, 0-100, times weight."""
-    highest = max(numa_counts.values(), default=0)
-    scores: dict[str, float] = {}
-    for node_name, count in numa_counts.items():
-        score = MAX_NODE_SCORE if highest == 0 else MAX_NODE_SCORE - MAX_NODE_SCORE * count // highest
-        scores[node_name] = float(score * weight)
-    return scores
+def normalized_scores(counts: Floats, weight: int) -> Floats:
+    """Volcano's reverse NormalizeScore over the candidates: fewer NUMA nodes scores higher, 0-100
+    (integer arithmetic, as Volcano's), times weight; a count below 0 (no admission) scores 0 and
+    does not take part."""
+    scored = counts >= 0
+    numa_counts = counts.astype(np.int64)
+    highest = int(numa_counts[scored].max(initial=0))
+    if highest == 0:
+        return np.where(scored, float(MAX_NODE_SCORE * weight), 0.0)
+    ranked = (MAX_NODE_SCORE - MAX_NODE_SCORE * numa_counts // highest) * weight
+    return np.where(scored, ranked.astype(np.float64), 0.0)
 
 
 def task_shape(task: TaskInfo) -> Hashable:
@@ -677,17 +680,6 @@ class NumaAwarePlugin:
             return outcome
         return Status.unschedulable(describe_conflict(outcome.numa, broken, exclusive), PLUGIN_NAME)
 
-    def _preferred_penalties(self, task: TaskInfo, nodes: Sequence[NodeInfo], scores: dict[str, float]) -> None:
-        """singleNUMANodeExclusive Preferred: a node whose placement breaks the rule loses the
-        NUMA score's whole range, so it ranks below every node that keeps it."""
-        if self._spec(task).exclusive is not Exclusivity.PREFERRED:
-            return
-        decided = self._pod(task).decided
-        for node in nodes:
-            decision = decided.get(node.name)
-            if node.name in scores and decision is not None and self._breaks_rule(node, decision):
-                scores[node.name] -= MAX_NODE_SCORE * self.weight
-
     def _preferred_penalty_array(self, task: TaskInfo, candidates: Candidates, parts: Objects, scores: Floats) -> None:
         """_preferred_penalties on the arrays of combine_numa_counts."""
         if self._spec(task).exclusive is not Exclusivity.PREFERRED:
@@ -747,43 +739,15 @@ class NumaAwarePlugin:
     def combine_scores(
         self, task: TaskInfo, nodes: Sequence[NodeInfo], parts: Mapping[str, object]
     ) -> dict[str, float]:
-        """Fewer NUMA nodes first, normalised over the candidates; then, between the nodes close
-        enough to the best, the better-linked device set."""
-        decided = self._pod(task).decided
-        counts: dict[str, int] = {}
-        for node_name, part in parts.items():
-            if isinstance(part, _ScorePart):
-                # The pod's own decisions, for on_allocate (memoised parts were decided for
-                # another pod of its class, on the node as it is now).
-                decided[node_name] = part.decision
-                counts[node_name] = part.decision.numa_count
-        scores = normalized_scores(counts, self.weight)
-        self._preferred_penalties(task, nodes, scores)
-        # Link quality can only reorder nodes within its own range of the best NUMA score, so the
-        # device sets (a full placement each) are chosen on those nodes only.
-        linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
-        if not linked:
-            return scores
-        by_name = {node.name: node for node in nodes}
-        best = max(scores.values(), default=0.0)
-        reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
-        qualities: dict[str, tuple[int, ...]] = {}
-        for node_name, score in scores.items():
-            node = by_name[node_name]
-            topology = node.topology
-            if score < best - reach or topology is None or not topology.links:
-                continue
-            part = parts[node_name]
-            assert isinstance(part, _ScorePart)
-            if part.quality is _UNKNOWN_QUALITY:
-                resources = tuple(name for name in linked if name in topology.devices)
-                part.quality = self._set_quality(task, node, part.decision, resources) if resources else None
-            if part.quality is not None:
-                assert isinstance(part.quality, tuple)
-                qualities[node_name] = part.quality
-        for node_name, bonus in link_scores(qualities, self.weight).items():
-            scores[node_name] = scores.get(node_name, 0.0) + bonus
-        return scores
+        """combine_numa_counts for parts by node name (the engine's dict form): the scores of the
+        nodes that admit the task."""
+        candidates = Candidates(nodes)
+        in_order: Objects = np.empty(len(nodes), dtype=object)
+        for position, node in enumerate(nodes):
+            in_order[position] = parts.get(node.name)
+        counts: Floats = np.fromiter((numa_count_of(part) for part in in_order), dtype=np.float64, count=len(nodes))
+        scores = self.combine_numa_counts(task, candidates, in_order, counts)
+        return {node.name: float(scores[position]) for position, node in enumerate(nodes) if counts[position] >= 0}
 
     def combine_numa_counts(self, task: TaskInfo, candidates: Candidates, parts: Objects, counts: Floats) -> Floats:
         """combine_scores on arrays: the candidates' NUMA counts (numa_count_of their parts; -1
@@ -792,16 +756,7 @@ class NumaAwarePlugin:
         pod.decided.clear()
         pod.scored[:] = [(candidates, parts)]
         scored = counts >= 0
-        numa_counts = counts.astype(np.int64)
-        highest = int(numa_counts[scored].max(initial=0))
-        if highest == 0:
-            scores = np.where(scored, float(MAX_NODE_SCORE * self.weight), 0.0)
-        else:
-            scores = np.where(
-                scored,
-                ((MAX_NODE_SCORE - MAX_NODE_SCORE * numa_counts // highest) * self.weight).astype(np.float64),
-                0.0,
-            )
+        scores = normalized_scores(counts, self.weight)
         self._preferred_penalty_array(task, candidates, parts, scores)
         linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
         if not linked or not scored.any():
