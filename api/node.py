@@ -163,12 +163,17 @@ class NodeInfo:
     # This node state's number (next_generation); changed by every method that changes the node.
     # Code that changes a field directly must call touch().
     generation: int = attrs.field(factory=next_generation)
+    # Where touch() reports the node (a session's TouchLog appends it): readers of many nodes'
+    # generations then read only the nodes reported since, not every node. Not copied by clone.
+    touch_log: list[NodeInfo] | None = attrs.field(default=None, eq=False, repr=False)
     # The DRA devices the node's ResourceSlices offer and those allocated to claims (None: none).
     dra: NodeDra | None = None
 
     def touch(self) -> None:
         """Mark the node changed: what was derived from its previous state is stale."""
         self.generation = next_generation()
+        if self.touch_log is not None:
+            self.touch_log.append(self)
 
     @classmethod
     def create(cls, name: str, allocatable: Resource, capacity: Resource | None = None) -> NodeInfo:

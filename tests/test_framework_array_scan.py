@@ -121,3 +121,45 @@ def test_the_array_scan_walks_as_the_plain_loop(
         assert [node.name for node in found] == expected
         assert ssn.node_scan_offset == offset
         assert sorted(ssn.fit_errors.get(task.uid, {})) == sorted(failing)
+
+
+def _generations_read_one_by_one(nodes: list[NodeInfo]) -> list[int]:
+    return [node.generation for node in nodes]
+
+
+def test_a_node_index_sees_every_kind_of_node_change_through_the_sessions_touch_log() -> None:
+    nodes = [NodeInfo.create(f"n{index}", Resource(milli_cpu=4000)) for index in range(4)]
+    conf = SchedulerConfig(actions=("allocate",), tiers=())
+    ssn = Session(ClusterSnapshot(nodes={node.name: node for node in nodes}), conf, default_registry())
+    index = ssn.node_index(nodes)
+    assert index.generations().tolist() == _generations_read_one_by_one(nodes)
+    task = pod("p", "red")
+    nodes[1].add_task(task)
+    nodes[2].touch()
+    nodes[3].set_topology(None, "rejected: test")
+    first = index.generations()
+    assert first.tolist() == _generations_read_one_by_one(nodes)
+    nodes[1].remove_task(task)
+    # An array handed out earlier is the nodes as they were then, not a view that moves.
+    assert first.tolist() != _generations_read_one_by_one(nodes)
+    assert index.generations().tolist() == _generations_read_one_by_one(nodes)
+    ssn.release()
+    assert all(node.touch_log is None for node in nodes)
+
+
+def test_a_second_session_over_nodes_another_session_reports_on_reads_every_node() -> None:
+    nodes = [NodeInfo.create(f"n{index}", Resource(milli_cpu=4000)) for index in range(3)]
+    conf = SchedulerConfig(actions=("allocate",), tiers=())
+    snapshot = ClusterSnapshot(nodes={node.name: node for node in nodes})
+    first = Session(snapshot, conf, default_registry())
+    second = Session(snapshot, conf, default_registry())
+    first_index, second_index = first.node_index(nodes), second.node_index(nodes)
+    nodes[0].touch()
+    nodes[2].add_task(pod("p", "red"))
+    assert first_index.generations().tolist() == _generations_read_one_by_one(nodes)
+    assert second_index.generations().tolist() == _generations_read_one_by_one(nodes)
+    # The second session leaves the first one's log in place when it is released.
+    second.release()
+    assert all(node.touch_log is not None for node in nodes)
+    first.release()
+    assert all(node.touch_log is None for node in nodes)

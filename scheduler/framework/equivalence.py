@@ -116,19 +116,41 @@ class NodeSlots:
 
 
 class NodeIndex:
-    """The nodes an action scans, in its order, with their slots and names as arrays."""
+    """The nodes an action scans, in its order, with their slots and names as arrays.
 
-    __slots__ = ("names", "nodes", "slots")
+    With a touch log (the session's: every node of the session reports its changes there) the
+    generations are kept as an array and only the nodes reported since the last read are read
+    again; without one, every node is read each time."""
 
-    def __init__(self, nodes: Sequence[NodeInfo], slots: NodeSlots) -> None:
+    __slots__ = ("_generations", "_log", "_position", "_read", "names", "nodes", "slots")
+
+    def __init__(self, nodes: Sequence[NodeInfo], slots: NodeSlots, touch_log: list[NodeInfo] | None = None) -> None:
         self.nodes = nodes
         names = [node.name for node in nodes]
         self.slots = slots.of(names)
         self.names: Objects = np.array(names, dtype=object) if names else np.empty(0, dtype=object)
+        self._log = touch_log
+        self._read = 0 if touch_log is None else len(touch_log)
+        self._position = {id(node): position for position, node in enumerate(nodes)}
+        self._generations = self._read_all()
+
+    def _read_all(self) -> Ints:
+        return np.fromiter((node.generation for node in self.nodes), dtype=np.int64, count=len(self.nodes))
 
     def generations(self) -> Ints:
-        """Every node's generation now (they change as the session places pods)."""
-        return np.fromiter((node.generation for node in self.nodes), dtype=np.int64, count=len(self.nodes))
+        """Every node's generation now (they change as the session places pods), as a new array."""
+        log = self._log
+        if log is None:
+            return self._read_all()
+        generations = self._generations
+        position = self._position
+        for step in range(self._read, len(log)):
+            node = log[step]
+            at = position.get(id(node))
+            if at is not None:
+                generations[at] = node.generation
+        self._read = len(log)
+        return generations.copy()
 
 
 class EquivalenceMemo:

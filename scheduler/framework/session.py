@@ -246,8 +246,26 @@ class Session:
         self._tiers_cache: dict[str, list[list[str]]] = {}
         # id of an action's node list -> its index (NodeIndex keeps the list alive).
         self._node_indexes: dict[int, NodeIndex] = {}
+        # Every change to a node of this session, in order (NodeInfo.touch_log): node indexes read
+        # only the nodes changed since they last looked. None when another session still reports
+        # on these nodes; indexes then read every node.
+        self._touch_log: list[NodeInfo] | None = self._own_touch_log(snapshot.nodes.values())
         # (point, id of the registration dict) -> its functions in tier order; cleared on registration.
         self._ordered_cache: dict[tuple[str, int], list[tuple[str, Any]]] = {}
+
+    @staticmethod
+    def _own_touch_log(nodes: Iterable[NodeInfo]) -> list[NodeInfo] | None:
+        log: list[NodeInfo] = []
+        owned = []
+        for node in nodes:
+            if node.touch_log is not None:
+                # Another session's log: leave it and read generations node by node.
+                for taken in owned:
+                    taken.touch_log = None
+                return None
+            node.touch_log = log
+            owned.append(node)
+        return log
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -308,6 +326,11 @@ class Session:
         self.event_handlers.clear()
         self._ordered_cache.clear()
         self._node_indexes.clear()
+        if self._touch_log is not None:
+            for node in self.nodes.values():
+                if node.touch_log is self._touch_log:
+                    node.touch_log = None
+            self._touch_log = None
         self.kept_statements.clear()
         self.failed_scans.clear()
         self._cycle_state = CycleState("")
@@ -623,7 +646,11 @@ class Session:
         if found is not None and found.nodes is nodes:
             return found
         slots = self.memo.slots if self.memo is not None else NodeSlots()
-        index = self._node_indexes[id(nodes)] = NodeIndex(nodes, slots)
+        log = self._touch_log
+        if log is not None and any(node.touch_log is not log for node in nodes):
+            # A node not of this session's snapshot does not report here.
+            log = None
+        index = self._node_indexes[id(nodes)] = NodeIndex(nodes, slots, log)
         return index
 
     def has_best_node_fns(self) -> bool:
