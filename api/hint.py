@@ -7,7 +7,8 @@ import attrs
 from numasched.api.numamask import NumaMask
 
 
-@attrs.frozen(slots=True)
+# The hash is kept: hints are keys of the merge memo (numa-aware admission), hashed many times.
+@attrs.frozen(slots=True, cache_hash=True)
 class TopologyHint:
     """affinity None means "any NUMA node will do" (no preference)."""
 

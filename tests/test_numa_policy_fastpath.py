@@ -17,6 +17,7 @@ from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import CpuInfo, DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
+from numasched.plugins.numaaware.admission import MergeMemo, _merge
 from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge
 from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hints
 from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hints
@@ -54,6 +55,21 @@ def test_fast_merge_equals_exhaustive_walk(
     expected = _merge_exhaustive(policy, providers_hints, numa_ids, prefer_closest=prefer_closest, distances=table)
     actual = merge(policy, providers_hints, numa_ids, prefer_closest=prefer_closest, distances=table)
     assert actual == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(scenarios(max_numa=4), min_size=1, max_size=8))
+def test_remembered_merges_are_the_kubelets_fold_of_the_very_hints_asked(cases: list[Scenario]) -> None:
+    """admission._merge with one memo shared by many calls (as numa-aware keeps it across nodes):
+    every answer is the exhaustive fold of that call's own hints, policy and NUMA nodes, never one
+    remembered for others."""
+    memo: MergeMemo = {}
+    for numa_ids, providers_hints, _ in cases * 2:
+        for ids in (numa_ids, [*numa_ids, 7]):
+            topology = NumaTopology(node_name="n", numa_ids=tuple(ids))
+            for policy in TopologyPolicy:
+                expected = _merge_exhaustive(policy, providers_hints, ids)
+                assert _merge(policy, providers_hints, topology, memo) == expected
 
 
 @st.composite

@@ -36,7 +36,7 @@ so it gets the full placement.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import attrs
 
@@ -338,7 +338,38 @@ def place_pod(
     return _walk(task, topology, free, providers, policy, pod_hint)
 
 
+# Merged hints by what the merge reads (MergeMemo); past this many the memo starts over.
+MAX_MERGES = 65_536
+MergeMemo = dict[Hashable, tuple[TopologyHint, bool]]
+
+
 def _merge(
+    policy: TopologyPolicy,
+    providers_hints: Sequence[ResourceHints | None],
+    topology: NumaTopology,
+    memo: MergeMemo | None = None,
+) -> tuple[TopologyHint, bool]:
+    """merge for this node; with a memo, remembered by the policy, the NUMA ids and the hints (the
+    providers give the same hints for every node of one shape at equal free counts). Under
+    prefer-closest-numa-nodes the distances also count, and the merge is not remembered."""
+    if memo is None or topology.policies.prefer_closest_numa_nodes:
+        return _merge_now(policy, providers_hints, topology)
+    key = (policy, topology.numa_ids, tuple(_hints_key(provider_hints) for provider_hints in providers_hints))
+    merged = memo.get(key)
+    if merged is None:
+        if len(memo) >= MAX_MERGES:
+            memo.clear()
+        merged = memo[key] = _merge_now(policy, providers_hints, topology)
+    return merged
+
+
+def _hints_key(provider_hints: ResourceHints | None) -> Hashable:
+    if provider_hints is None:
+        return None
+    return tuple((resource, None if hints is None else tuple(hints)) for resource, hints in provider_hints.items())
+
+
+def _merge_now(
     policy: TopologyPolicy, providers_hints: Sequence[ResourceHints | None], topology: NumaTopology
 ) -> tuple[TopologyHint, bool]:
     return merge(
@@ -500,9 +531,11 @@ def admit_pod(
     policy: TopologyPolicy,
     *,
     scope: TopologyScope | None = None,
+    merges: MergeMemo | None = None,
 ) -> Placement | Admission:
     """place_pod's verdict and NUMA span, without choosing ids where that is exact (module doc):
-    an Admission, to be completed by allocate_admitted on the chosen node, or the full Placement."""
+    an Admission, to be completed by allocate_admitted on the chosen node, or the full Placement.
+    `merges`: merged hints kept by the caller across calls (_merge)."""
     scope = scope or topology.policies.topology_manager_scope
     unit = None if policy is TopologyPolicy.NONE else decision_unit(task, topology, providers, scope)
     if unit is None:
@@ -510,7 +543,7 @@ def admit_pod(
     if unit.request is None:
         return Placement(True)
     providers_hints = _hints(unit.request, providers, topology, free)
-    hint, admitted = _merge(policy, providers_hints, topology)
+    hint, admitted = _merge(policy, providers_hints, topology, merges)
     if not admitted:
         return Placement(False, rejection_reason(unit.request, providers_hints, policy, topology, free))
     if hint.preferred and not _states_hints(providers_hints):

@@ -56,6 +56,7 @@ from numasched.api.task import TaskInfo, TaskStatus
 from numasched.api.topology import NumaTopology, TopologyPolicy
 from numasched.plugins.numaaware.admission import (
     Admission,
+    MergeMemo,
     Placement,
     admit_pod,
     allocate_admitted,
@@ -391,8 +392,7 @@ class NumaAwarePlugin:
                 policy: TopologyPolicy | Status | None = spec.policy
             except PodPolicyError as error:
                 policy = Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"pod {task.key}: {error}", PLUGIN_NAME)
-            state.write(_SPEC_KEY, spec)
-            data = _PodData(policy, task_shape(task), {}, {})
+            data = _PodData(policy, task_shape(task), {}, {}, spec)
             state.write(_POD_KEY, data)
         return data
 
@@ -406,11 +406,14 @@ class NumaAwarePlugin:
     def _policy(self, task: TaskInfo, node: NodeInfo) -> TopologyPolicy | Status | None:
         """The policy to align the task with on this node; None when the node has no topology and
         the pod does not need one; a Status when the node is ruled out before any alignment."""
-        requested = self._pod(task).policy
+        return self._policy_of(task, self._pod(task), node)
+
+    def _policy_of(self, task: TaskInfo, pod: _PodData, node: NodeInfo) -> TopologyPolicy | Status | None:
+        requested = pod.policy
         if isinstance(requested, Status):
             return requested
         topology = node.topology
-        spec = self._spec(task)
+        spec = pod.spec
         if topology is None:
             if spec.cpuset:
                 why = "rejected" if node.topology_error else "missing"
@@ -432,14 +435,16 @@ class NumaAwarePlugin:
         return stricter(node_policy, requested)
 
     def _spec(self, task: TaskInfo) -> PodTopologySpec:
-        self._pod(task)
-        spec: PodTopologySpec = self._cycle_state(task).get(_SPEC_KEY)
-        return spec
+        return self._pod(task).spec
 
     def _subject(self, task: TaskInfo, topology: NumaTopology) -> tuple[TaskInfo, NumaTopology]:
         """The pod and node as admission sees them: as they are, or, for a pod the agent pins
         (pod_policy.enforcer), the agent's view (the pod's pinned CPUs, the static CPU manager)."""
-        spec = self._spec(task)
+        return self._subject_of(task, self._pod(task).spec, topology)
+
+    def _subject_of(
+        self, task: TaskInfo, spec: PodTopologySpec, topology: NumaTopology
+    ) -> tuple[TaskInfo, NumaTopology]:
         if not spec.cpuset or enforcer(spec, task, topology.policies) is not Enforcer.AGENT:
             return task, topology
         state = self._cycle_state(task)
@@ -513,15 +518,15 @@ class NumaAwarePlugin:
     def admit(self, task: TaskInfo, node: NodeInfo) -> Placement | Admission | Status:
         """Whether the task fits this node and how many NUMA nodes it spans there, choosing the ids
         only where that decides it (admission.admit_pod); kept for scoring and on_allocate."""
-        policy = self._policy(task, node)
+        pod = self._pod(task)
+        policy = self._policy_of(task, pod, node)
         if policy is None:
             return Placement(True)
         if isinstance(policy, Status):
             return policy
         assert node.topology is not None
-        subject, topology = self._subject(task, node.topology)
+        subject, topology = self._subject_of(task, pod.spec, node.topology)
         state = self._node_state(node, topology)
-        pod = self._pod(task)
         shape = pod.shape_ids.get(policy)
         if shape is None:
             # The pod's shape under this policy, as a small id: it is hashed per node from here on.
@@ -531,9 +536,10 @@ class NumaAwarePlugin:
             outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy)
         if isinstance(outcome, Status):
             return outcome
-        outcome = self._exclusive(task, subject, node, topology, state.free, policy, outcome)
-        if isinstance(outcome, Status):
-            return outcome
+        if pod.spec.exclusive is not None:
+            outcome = self._exclusive(task, subject, node, topology, state.free, policy, outcome)
+            if isinstance(outcome, Status):
+                return outcome
         apart = self._apart_from_group(task, subject, node, topology, state.free, policy, outcome)
         if apart is not None:
             return apart
@@ -627,7 +633,7 @@ class NumaAwarePlugin:
             if shared.pod is None:
                 state.outcomes[shape] = outcome
             return outcome
-        placed = admit_pod(task, topology, state.free, self.providers, policy)
+        placed = admit_pod(task, topology, state.free, self.providers, policy, merges=self.tables.merges)
         if isinstance(placed, Placement) and not placed.admitted:
             reason = placed.reason
             names_pod = task.key in reason
@@ -932,6 +938,8 @@ class AdmissionTables:
         self.qualities: dict[tuple[int, int, tuple[str, ...]], tuple[int, int, int] | None] = {}
         # The agent's view of each node topology, for pods the agent pins (pod_policy).
         self.agent_views = AgentViews()
+        # Merged hints by policy, NUMA ids and providers' hints (admission._merge).
+        self.merges: MergeMemo = {}
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -1049,7 +1057,6 @@ class _ScorePart:
 # CycleState keys of this plugin.
 _POD_KEY = "numa-aware/pod"
 _NEEDS_KEY = "numa-aware/pinned-needs"
-_SPEC_KEY = "numa-aware/pod-spec"
 _VIEW_KEY = "numa-aware/agent-view"
 # The pod's NUMA restriction per node (restriction.py), asked once per pod.
 _RESTRICTION_KEY = "numa-aware/restriction"
@@ -1066,6 +1073,8 @@ class _PodData:
     decided: dict[str, _Decision]
     # Per policy it is admitted under, the id of (policy, shape) in AdmissionTables.
     shape_ids: dict[TopologyPolicy, int]
+    # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations).
+    spec: PodTopologySpec
     # The candidates last scored and their score parts (combine_numbers): the decisions on them.
     scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
 
