@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,25 @@ _GENERATIONS = itertools.count(1)
 
 def next_generation() -> int:
     return next(_GENERATIONS)
+
+
+# A task that holds its resources on the node, whichever step of binding it is at: the node is
+# the same to everything derived from it (the statement's commit moves Allocated to Binding
+# without touching the node; Volcano's AllocatedStatus groups the same four).
+HOLDING_STATUSES = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+# Every TaskInfo field but its status, as one tuple.
+_task_fields_but_status = operator.attrgetter(
+    *(field.name for field in attrs.fields(TaskInfo) if field.name != "status")
+)
+
+
+def _same_task(first: TaskInfo, second: TaskInfo) -> bool:
+    """Equal tasks, the status compared only as holding or not where both hold (HOLDING_STATUSES)."""
+    if first.status is not second.status and not (
+        first.status in HOLDING_STATUSES and second.status in HOLDING_STATUSES
+    ):
+        return False
+    return _task_fields_but_status(first) == _task_fields_but_status(second)
 
 
 @attrs.frozen(slots=True)
@@ -168,6 +188,32 @@ class NodeInfo:
     touch_log: list[NodeInfo] | None = attrs.field(default=None, eq=False, repr=False)
     # The DRA devices the node's ResourceSlices offer and those allocated to claims (None: none).
     dra: NodeDra | None = None
+
+    def same_state(self, other: NodeInfo) -> bool:
+        """Whether the two nodes are in one state: every field equal but the generation (the
+        topology and DRA view the very same objects), so whatever was derived from one holds for
+        the other."""
+        return (
+            self.name == other.name
+            and self.topology is other.topology
+            and self.topology_error == other.topology_error
+            and self.dra is other.dra
+            and self.idle == other.idle
+            and self.used == other.used
+            and self.releasing == other.releasing
+            and self.pipelined == other.pipelined
+            and self.allocatable == other.allocatable
+            and self.capacity == other.capacity
+            and self.max_pods == other.max_pods
+            and self.unschedulable == other.unschedulable
+            and self.ready == other.ready
+            and self.taints == other.taints
+            and self.labels == other.labels
+            and self.numa_usage == other.numa_usage
+            and self.unknown_holders == other.unknown_holders
+            and self.tasks.keys() == other.tasks.keys()
+            and all(_same_task(task, other.tasks[uid]) for uid, task in self.tasks.items())
+        )
 
     def touch(self) -> None:
         """Mark the node changed: what was derived from its previous state is stale."""

@@ -165,6 +165,10 @@ class Cache:
         self._job_of: dict[str, tuple[str, bool]] = {}
         self._accounted: dict[str, NodeInfo] = {}
         self._dirty: set[str] = set()
+        # The nodes as the last session left them (offer_session_nodes), by name, until the next
+        # snapshot: a node rebuilt into the very state a session left it in keeps that state's
+        # generation, so what the session derived from it still holds.
+        self._offered: dict[str, NodeInfo] = {}
         # DRA objects (resource.k8s.io/v1) and the claims each pod references.
         self.dra = DraStore(self._problem)
         self._handlers = self._handler_table()
@@ -557,14 +561,31 @@ class Cache:
             self._mark_unknown_holders(node, held)
         return node
 
+    def offer_session_nodes(self, nodes: Mapping[str, NodeInfo]) -> None:
+        """The nodes of a finished session's snapshot: those it changed are compared, at the next
+        snapshot, with what the cache rebuilds (the session's binds assumed), and one found in the
+        same state keeps the session's generation. A session places a pod on a node and the
+        cache then accounts the same pod there; without this, every answer the session derived
+        from that node state (predicates, scores, admissions) would be computed again."""
+        for name, node in nodes.items():
+            accounted = self._accounted.get(name)
+            if accounted is not None and node.generation != accounted.generation:
+                self._offered[name] = node
+
     def _bring_nodes_up_to_date(self) -> None:
         for name in self._dirty:
             base = self._nodes.get(name)
             if base is None:
                 self._accounted.pop(name, None)
-            else:
-                self._accounted[name] = self._account_node(base)
+                continue
+            rebuilt = self._account_node(base)
+            offered = self._offered.get(name)
+            if offered is not None and rebuilt.same_state(offered):
+                # Equal states, one name: the generation names the state (api/node.py).
+                rebuilt.generation = offered.generation
+            self._accounted[name] = rebuilt
         self._dirty.clear()
+        self._offered.clear()
 
     def snapshot(self) -> ClusterSnapshot:
         """A copy the session may change freely: nodes with their tasks accounted, jobs, queues.

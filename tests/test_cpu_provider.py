@@ -188,14 +188,15 @@ def test_provider_is_a_hint_provider() -> None:
 def test_provider_hints() -> None:
     provider = CpuHintProvider()
     free = FreeResources(cpus=ids("0-11"))
+    # The provider's own remembered answers: tuples (api/hint.py ResourceHints).
     assert provider.hints(request(2000), dual_socket_ht(), free) == {
-        "cpu": [hint((0,), True), hint((1,), True), hint((0, 1), False)]
+        "cpu": (hint((0,), True), hint((1,), True), hint((0, 1), False))
     }
     assert provider.hints(request(1500), dual_socket_ht(), free) is None
     assert provider.hints(request(2000, QosClass.BURSTABLE), dual_socket_ht(), free) is None
     no_static = attrs.evolve(dual_socket_ht(), policies=KubeletPolicies())
     assert provider.hints(request(2000), no_static, free) is None
-    assert provider.hints(request(24000), dual_socket_ht(), free) == {"cpu": []}
+    assert provider.hints(request(24000), dual_socket_ht(), free) == {"cpu": ()}
 
 
 def test_allocate_takes_the_hint_numa_nodes_first() -> None:

@@ -150,7 +150,8 @@ def test_provider_implements_the_protocol_and_ignores_qos() -> None:
     free = FreeResources(devices={GPU: ids(0, 1, 2, 7)})
     for qos in QosClass:
         hints = provider.hints(request(qos, nvidia_com__gpu=4), PCIE, free)
-        assert hints == {GPU: [hint(0, 1, preferred=False)]}
+        # The provider's own remembered answer: a tuple (api/hint.py ResourceHints).
+        assert hints == {GPU: (hint(0, 1, preferred=False),)}
 
 
 def test_provider_has_nothing_to_say_without_device_requests() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Mapping
 
 import anyio
 import pytest
@@ -63,6 +64,9 @@ class FakeCache:
     def forget(self, task_uid: str) -> None:
         self.forgotten.append(task_uid)
         self.assumed.pop(task_uid, None)
+
+    def offer_session_nodes(self, nodes: Mapping[str, NodeInfo]) -> None:
+        return None
 
 
 class FakeBinder:

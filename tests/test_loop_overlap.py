@@ -4,7 +4,7 @@ assumed that was not bound."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 import pytest
@@ -58,6 +58,9 @@ class Cache:
     def forget(self, task_uid: str) -> None:
         self.forgotten.append(task_uid)
         self.assumed.pop(task_uid, None)
+
+    def offer_session_nodes(self, nodes: Mapping[str, NodeInfo]) -> None:
+        return None
 
 
 class GatedBinder:

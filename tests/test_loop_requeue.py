@@ -4,6 +4,8 @@ be tried again; its report is not repeated meanwhile."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import anyio
 import pytest
 
@@ -50,6 +52,9 @@ class FakeCache:
 
     def forget(self, task_uid: str) -> None:
         self.assumed.pop(task_uid, None)
+
+    def offer_session_nodes(self, nodes: Mapping[str, NodeInfo]) -> None:
+        return None
 
 
 class FakeBinder:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from numasched.api.hint import TopologyHint
@@ -32,7 +34,7 @@ def free(groups: frozenset[NumaMask] = frozenset(), numa0: int = 8 * GI) -> Free
     )
 
 
-def masks(hints: list[TopologyHint] | None) -> list[tuple[str, bool]]:
+def masks(hints: Sequence[TopologyHint] | None) -> list[tuple[str, bool]]:
     assert hints is not None
     return [(h.affinity.format() if h.affinity else "any", h.preferred) for h in hints]
 

@@ -8,6 +8,7 @@ return the same hint and admit flag for every input, policy and option.
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -32,12 +33,12 @@ def scenarios(draw: st.DrawFn, max_numa: int = 8) -> Scenario:
     # Masks over the machine's nodes mostly, sometimes naming a node it does not have.
     mask = st.sets(st.integers(0, max_numa), max_size=len(numa_ids) + 1).map(NumaMask.from_ids)
     hint = st.builds(TopologyHint, st.one_of(st.none(), mask), st.booleans())
-    resource_hints = st.one_of(st.none(), st.lists(hint, max_size=6))
+    resource_hints: st.SearchStrategy[Sequence[TopologyHint] | None] = st.one_of(st.none(), st.lists(hint, max_size=6))
     provider = st.one_of(
         st.none(),
         st.dictionaries(st.sampled_from(["cpu", "memory", "gpu", "nic"]), resource_hints, max_size=3),
     )
-    providers_hints = draw(st.lists(provider, max_size=3))
+    providers_hints: list[ResourceHints | None] = draw(st.lists(provider, max_size=3))
     distances: dict[int, dict[int, int]] = {a: {} for a in numa_ids}
     for a in numa_ids:
         for b in numa_ids:
@@ -57,19 +58,38 @@ def test_fast_merge_equals_exhaustive_walk(
     assert actual == expected
 
 
+def _as_tuples(given: ResourceHints | None) -> ResourceHints | None:
+    return None if given is None else {r: None if h is None else tuple(h) for r, h in given.items()}
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(scenarios(max_numa=4), min_size=1, max_size=8))
 def test_remembered_merges_are_the_kubelets_fold_of_the_very_hints_asked(cases: list[Scenario]) -> None:
     """admission._merge with one memo shared by many calls (as numa-aware keeps it across nodes):
     every answer is the exhaustive fold of that call's own hints, policy and NUMA nodes, never one
     remembered for others."""
-    memo: MergeMemo = {}
-    for numa_ids, providers_hints, _ in cases * 2:
+    memo = MergeMemo()
+    # Tuples, as the providers' tables give them (the memo answers for those by identity).
+    as_tuples = [([_as_tuples(given) for given in hints], ids) for ids, hints, _ in cases]
+    for providers_hints, numa_ids in as_tuples * 2:
         for ids in (numa_ids, [*numa_ids, 7]):
             topology = NumaTopology(node_name="n", numa_ids=tuple(ids))
             for policy in TopologyPolicy:
                 expected = _merge_exhaustive(policy, providers_hints, ids)
                 assert _merge(policy, providers_hints, topology, memo) == expected
+
+
+def test_hints_given_as_a_list_are_merged_anew_each_time() -> None:
+    """A list may change after the call, so the memo never answers for one by its identity."""
+    memo = MergeMemo()
+    topology = NumaTopology(node_name="n", numa_ids=(0, 1))
+    hints = [TopologyHint(NumaMask.of(0), True)]
+    first = _merge(TopologyPolicy.SINGLE_NUMA_NODE, [{"cpu": hints}], topology, memo)
+    hints[:] = [TopologyHint(NumaMask.of(0, 1), False)]
+    second = _merge(TopologyPolicy.SINGLE_NUMA_NODE, [{"cpu": hints}], topology, memo)
+    assert first == (TopologyHint(NumaMask.of(0), True), True)
+    assert second == (TopologyHint(None, False), False)
+    assert len(memo) == 0
 
 
 @st.composite

@@ -10,6 +10,7 @@ hints, and picks the minimum of an explicit total order:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given, settings
@@ -130,12 +131,14 @@ def scenarios(draw: st.DrawFn) -> tuple[list[int], list[ResourceHints | None], d
         ),
         st.booleans(),
     )
-    resource_hints = st.one_of(st.none(), st.lists(hint_strategy, max_size=4))
+    resource_hints: st.SearchStrategy[Sequence[TopologyHint] | None] = st.one_of(
+        st.none(), st.lists(hint_strategy, max_size=4)
+    )
     provider = st.one_of(
         st.none(),
         st.dictionaries(st.sampled_from(["cpu", "memory", "gpu", "nic"]), resource_hints, max_size=3),
     )
-    providers_hints = draw(st.lists(provider, max_size=3))
+    providers_hints: list[ResourceHints | None] = draw(st.lists(provider, max_size=3))
     distances: dict[int, dict[int, int]] = {a: {} for a in numa_ids}
     for a in numa_ids:
         for b in numa_ids:

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from numasched.api.allocation import PodAllocation
+from numasched.api.node import NodeInfo
 from numasched.api.snapshot import ClusterSnapshot
 from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.cache.events import EventType, ObjectEvent
@@ -35,6 +36,9 @@ class EmptyCache:
 
     def forget(self, task_uid: str) -> None:
         raise AssertionError("nothing to forget")
+
+    def offer_session_nodes(self, nodes: Mapping[str, NodeInfo]) -> None:
+        return None
 
 
 class NoBinder:

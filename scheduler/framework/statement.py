@@ -156,8 +156,13 @@ class Statement:
         for operation in self._operations:
             task, node = operation.task, operation.node
             if operation.kind is _Kind.ALLOCATE:
-                requests.append(BindRequest(task, node.name, binding_annotations(task, node)))
+                annotations = binding_annotations(task, node)
+                requests.append(BindRequest(task, node.name, annotations))
                 task.status = TaskStatus.BINDING
+                if annotations:
+                    # The pod as the API server will hold it once bound (a new dict: the session's
+                    # copy of the task shares the cache's).
+                    task.annotations = {**task.annotations, **annotations}
             elif operation.kind is _Kind.EVICT:
                 self.ssn.evictions.append(Eviction(task, node.name, operation.reason))
         self._operations.clear()
