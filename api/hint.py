@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from numasched.api.numamask import NumaMask
@@ -21,4 +23,6 @@ class TopologyHint:
 
 
 # What a provider returns per resource: None = no preference; [] = cannot be satisfied anywhere.
-ResourceHints = dict[str, list[TopologyHint] | None]
+# A tuple is a provider's own remembered answer, never changed: admission may remember what it
+# merged from it by identity (numa-aware's merge memo); a list is taken as made for this call.
+ResourceHints = dict[str, Sequence[TopologyHint] | None]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -220,7 +221,7 @@ class ProviderHint:
     best: str
 
 
-def _best_hint(hints: list[TopologyHint] | None) -> str:
+def _best_hint(hints: Sequence[TopologyHint] | None) -> str:
     if hints is None:
         return "no preference"
     if not hints:

@@ -339,8 +339,56 @@ def place_pod(
 
 
 # Merged hints by what the merge reads (MergeMemo); past this many the memo starts over.
-MAX_MERGES = 65_536
-MergeMemo = dict[Hashable, tuple[TopologyHint, bool]]
+MAX_MERGES = 8192
+
+
+class MergeMemo:
+    """Merged hints remembered by policy, NUMA ids and the very hint tuples the providers gave
+    (by identity: the CPU and device providers give the same tuple for every node of one shape
+    at equal free counts). Each entry keeps the tuples it was merged from, so their ids cannot be
+    reused by other objects while the entry lives."""
+
+    __slots__ = ("_merged",)
+
+    def __init__(self) -> None:
+        self._merged: dict[Hashable, tuple[tuple[TopologyHint, bool], tuple[object, ...]]] = {}
+
+    def merge(
+        self, policy: TopologyPolicy, providers_hints: Sequence[ResourceHints | None], topology: NumaTopology
+    ) -> tuple[TopologyHint, bool]:
+        held: list[object] = []
+        shape: list[Hashable] = []
+        for provider_hints in providers_hints:
+            if provider_hints is None:
+                shape.append(None)
+                continue
+            entries: list[Hashable] = []
+            for resource, hints in provider_hints.items():
+                if hints is None:
+                    entries.append((resource, None))
+                elif isinstance(hints, tuple):
+                    entries.append((resource, id(hints)))
+                    held.append(hints)
+                else:
+                    # A list may change after the call: its identity does not name its content.
+                    return _merge_now(policy, providers_hints, topology)
+            shape.append(tuple(entries))
+        key = (policy, topology.numa_ids, tuple(shape))
+        found = self._merged.get(key)
+        if found is not None and _same_objects(found[1], held):
+            return found[0]
+        if len(self._merged) >= MAX_MERGES:
+            self._merged.clear()
+        merged = _merge_now(policy, providers_hints, topology)
+        self._merged[key] = (merged, tuple(held))
+        return merged
+
+    def __len__(self) -> int:
+        return len(self._merged)
+
+
+def _same_objects(kept: Sequence[object], given: Sequence[object]) -> bool:
+    return len(kept) == len(given) and all(a is b for a, b in zip(kept, given, strict=True))
 
 
 def _merge(
@@ -349,24 +397,11 @@ def _merge(
     topology: NumaTopology,
     memo: MergeMemo | None = None,
 ) -> tuple[TopologyHint, bool]:
-    """merge for this node; with a memo, remembered by the policy, the NUMA ids and the hints (the
-    providers give the same hints for every node of one shape at equal free counts). Under
+    """merge for this node; with a memo, remembered across calls (MergeMemo). Under
     prefer-closest-numa-nodes the distances also count, and the merge is not remembered."""
     if memo is None or topology.policies.prefer_closest_numa_nodes:
         return _merge_now(policy, providers_hints, topology)
-    key = (policy, topology.numa_ids, tuple(_hints_key(provider_hints) for provider_hints in providers_hints))
-    merged = memo.get(key)
-    if merged is None:
-        if len(memo) >= MAX_MERGES:
-            memo.clear()
-        merged = memo[key] = _merge_now(policy, providers_hints, topology)
-    return merged
-
-
-def _hints_key(provider_hints: ResourceHints | None) -> Hashable:
-    if provider_hints is None:
-        return None
-    return tuple((resource, None if hints is None else tuple(hints)) for resource, hints in provider_hints.items())
+    return memo.merge(policy, providers_hints, topology)
 
 
 def _merge_now(

@@ -939,7 +939,7 @@ class AdmissionTables:
         # The agent's view of each node topology, for pods the agent pins (pod_policy).
         self.agent_views = AgentViews()
         # Merged hints by policy, NUMA ids and providers' hints (admission._merge).
-        self.merges: MergeMemo = {}
+        self.merges = MergeMemo()
 
     def _new_id(self) -> int:
         self._next_id += 1

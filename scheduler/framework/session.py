@@ -256,7 +256,7 @@ class Session:
     @staticmethod
     def _own_touch_log(nodes: Iterable[NodeInfo]) -> list[NodeInfo] | None:
         log: list[NodeInfo] = []
-        owned = []
+        owned: list[NodeInfo] = []
         for node in nodes:
             if node.touch_log is not None:
                 # Another session's log: leave it and read generations node by node.

@@ -258,6 +258,19 @@ def cpu_hints(
     index: CpuNodeIndex | None = None,
     unknown: int = 0,
 ) -> list[TopologyHint]:
+    """The kubelet's CPU topology hints for `request_cpus` exclusive CPUs (cpu_hint_table)."""
+    return list(cpu_hint_table(topology, free_cpus, request_cpus, reusable, index=index, unknown=unknown))
+
+
+def cpu_hint_table(
+    topology: NumaTopology,
+    free_cpus: IdSet,
+    request_cpus: int,
+    reusable: IdSet | None = None,
+    *,
+    index: CpuNodeIndex | None = None,
+    unknown: int = 0,
+) -> tuple[TopologyHint, ...]:
     """The kubelet's CPU topology hints for `request_cpus` exclusive CPUs.
 
     `free_cpus` are the CPUs not assigned to anyone; reserved CPUs are removed here. `reusable`
@@ -277,7 +290,7 @@ def cpu_hints(
     available = (free_cpus & topology.allocatable_cpus) - reusable
     if index.options.full_pcpus_only:
         if request_cpus % layout.cpus_per_core != 0:
-            return []
+            return ()
         available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
 
     free_per_numa = {numa: len(cpus & available) for numa, cpus in index.cpus_by_numa.items()}
@@ -291,7 +304,7 @@ def cpu_hints(
         known = index.hints_by_counts[counts] = tuple(
             _hints_for_counts(index, free_per_numa, request_cpus, reusable_bits, reused, unknown)
         )
-    return list(known)
+    return known
 
 
 # Distinct (counts, request) answers kept per topology before they are dropped and computed anew.
@@ -385,7 +398,7 @@ class CpuHintProvider:
             return None
         try:
             index = self.indexes.get(topology)
-            return {"cpu": cpu_hints(topology, free.cpus, count, index=index, unknown=free.unknown_count("cpu"))}
+            return {"cpu": cpu_hint_table(topology, free.cpus, count, index=index, unknown=free.unknown_count("cpu"))}
         except CpuTopologyError as error:
             log.warning("cpu hints unavailable", pod=request.pod, node=topology.node_name, error=str(error))
             return {"cpu": []}

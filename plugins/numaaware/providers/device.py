@@ -142,6 +142,20 @@ def device_hints(
     index: DeviceGroupIndex | None = None,
     unknown: int = 0,
 ) -> list[TopologyHint] | None:
+    """The kubelet device manager's hints for `request` devices of one resource (device_hint_table)."""
+    hints = device_hint_table(group, numa_ids, free, request, index=index, unknown=unknown)
+    return None if hints is None else list(hints)
+
+
+def device_hint_table(
+    group: DeviceGroup,
+    numa_ids: Sequence[int],
+    free: Sequence[str],
+    request: int,
+    *,
+    index: DeviceGroupIndex | None = None,
+    unknown: int = 0,
+) -> tuple[TopologyHint, ...] | None:
     """The kubelet device manager's hints for `request` devices of one resource.
 
     None: no device has NUMA information (no preference); []: not satisfiable on this node.
@@ -159,7 +173,7 @@ def device_hints(
     free_ids = [device_id for device_id in dict.fromkeys(free) if device_id in group.by_id]
     needed = request + max(0, unknown)
     if len(free_ids) < needed:
-        return []
+        return ()
     free_per_block: list[dict[int, int]] = []
     for block in index.blocks:
         per_numa: dict[int, int] = {}
@@ -174,7 +188,7 @@ def device_hints(
         if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
             index.hints_by_counts.clear()
         known = index.hints_by_counts[counts] = tuple(_hints_for_counts(index, free_per_block, request, needed))
-    return list(known)
+    return known
 
 
 def _hints_for_counts(
@@ -308,7 +322,7 @@ class DeviceProvider:
                 result[resource] = None
                 continue
             index = self.indexes.get(topology)[resource]
-            result[resource] = device_hints(
+            result[resource] = device_hint_table(
                 group,
                 topology.numa_ids,
                 free.free_devices(resource),
