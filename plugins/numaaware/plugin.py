@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import enum
 import json
-import pickle
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +52,7 @@ from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo, TaskStatus
-from numasched.api.topology import NumaTopology, TopologyPolicy
+from numasched.api.topology import NumaTopology, TopologyPolicy, topology_content_key
 from numasched.plugins.numaaware.admission import (
     Admission,
     Placement,
@@ -232,15 +231,11 @@ def task_shape(task: TaskInfo) -> Hashable:
     )
 
 
-def topology_fingerprint(topology: NumaTopology) -> bytes:
-    """Every field of the topology but the node's name, as bytes: two nodes with equal
-    fingerprints and equal free resources admit a pod alike, with the same ids.
-
-    Pickled, since equal bytes unpickle to equal objects (mappings and sequences in their order:
-    an order that differs may change what admission iterates first). Two equal topologies may
-    still pickle apart (pickle records an object met twice once), which only keeps them from
-    sharing admissions; a node's fingerprint is built once per topology object (TopologyMemo)."""
-    return pickle.dumps(attrs.evolve(topology, node_name=""), protocol=pickle.HIGHEST_PROTOCOL)
+def topology_fingerprint(topology: NumaTopology) -> Hashable:
+    """Every field of the topology but the node's name (api.topology.topology_content_key): two
+    nodes with equal fingerprints and equal free resources admit a pod alike, with the same ids.
+    A node's fingerprint is built once per topology object (TopologyMemo)."""
+    return topology_content_key(topology)
 
 
 def free_key(free: FreeResources) -> Hashable:
@@ -971,7 +966,7 @@ class TopologyFingerprint:
 
     __slots__ = ("_hash", "content")
 
-    def __init__(self, content: bytes) -> None:
+    def __init__(self, content: Hashable) -> None:
         self.content = content
         self._hash = hash(content)
 
