@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import gc
 import pickle
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,12 @@ from numasched.api.topology import (
 )
 from numasched.cache.convert_topology import numatopology_to_topology
 from numasched.cache.machine_shapes import machine_objects
-from numasched.plugins.numaaware.plugin import AdmissionTables, TopologyFingerprint, topology_fingerprint
+from numasched.plugins.numaaware.plugin import (
+    AdmissionTables,
+    TopologyFingerprint,
+    fingerprint_memo,
+    topology_fingerprint,
+)
 from numasched.plugins.numaaware.providers import cpu_layout
 from numasched.plugins.numaaware.providers.cpu import CpuHintProvider, CpuNodeIndex, cpu_hints
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
@@ -243,6 +249,21 @@ def test_the_key_ignores_the_node_name_and_object_identity() -> None:
     assert tables.class_id(TopologyFingerprint.of(alpha), free) == tables.class_id(TopologyFingerprint.of(beta), free)
     other = topology_of("dgx1-v100", "gamma", TopologyPolicy.SINGLE_NUMA_NODE)
     assert tables.class_id(TopologyFingerprint.of(other), free) != tables.class_id(TopologyFingerprint.of(alpha), free)
+
+
+def test_nodes_alike_hold_one_fingerprint_object_and_it_goes_with_them() -> None:
+    memo = fingerprint_memo()
+    alpha, beta = topology_of("hgx-h100", "alpha"), topology_of("hgx-h100", "beta")
+    other = topology_of("hgx-h100", "gamma", TopologyPolicy.SINGLE_NUMA_NODE)
+    assert memo.get(alpha) is memo.get(beta)
+    assert memo.get(other) is not memo.get(alpha) and memo.get(other) != memo.get(alpha)
+    collected = weakref.ref(memo.get(other))
+    del other
+    # Past the memo's recent builds, a fingerprint no topology uses is gone.
+    for number in range(100):
+        memo.get(attrs.evolve(alpha, pods_fingerprint=f"pfp-{number}"))
+    gc.collect()
+    assert collected() is None
 
 
 def _other_int(draw: Draw, old: int, low: int = 0, high: int = 300) -> int:

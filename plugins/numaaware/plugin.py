@@ -95,7 +95,7 @@ from numasched.plugins.numaaware.providers.device import (
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.dra import dra_provider_factory
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
-from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, keeps_group, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
@@ -287,7 +287,7 @@ class NumaAwarePlugin:
         self.providers: list[HintProvider] = (
             list(providers) if providers is not None else builtin_providers(self.provider_arguments)
         )
-        self.fingerprints = fingerprints if fingerprints is not None else TopologyMemo(TopologyFingerprint.of)
+        self.fingerprints = fingerprints if fingerprints is not None else fingerprint_memo()
         # Node classes and what was computed for them; shared by the sessions of one set of
         # providers (NumaAwareBuilder), since the engine's memo keeps decisions across sessions.
         self.tables = tables if tables is not None else AdmissionTables()
@@ -964,7 +964,7 @@ class TopologyFingerprint:
     """A topology's content but its node name (topology_fingerprint), hashed once: it is built
     once per topology object (TopologyMemo) and then only compared."""
 
-    __slots__ = ("_hash", "content")
+    __slots__ = ("__weakref__", "_hash", "content")
 
     def __init__(self, content: Hashable) -> None:
         self.content = content
@@ -981,6 +981,21 @@ class TopologyFingerprint:
         if not isinstance(other, TopologyFingerprint):
             return NotImplemented
         return self is other or (self._hash == other._hash and self.content == other.content)
+
+
+def fingerprint_memo() -> TopologyMemo[TopologyFingerprint]:
+    """Each topology object's fingerprint, one fingerprint object per content: nodes alike then
+    hold the same object, so AdmissionTables finds a node's class by identity, not by walking the
+    content (tens of microseconds per comparison on a large machine)."""
+    canonical: ContentMemo[TopologyFingerprint] = ContentMemo()
+
+    def fingerprint_of(topology: NumaTopology) -> TopologyFingerprint:
+        fingerprint = TopologyFingerprint.of(topology)
+        # Keyed by the content, not by the fingerprint: a key is held strongly, and the
+        # fingerprint must be free to go when no table and no topology uses it.
+        return canonical.get(fingerprint.content, lambda: fingerprint)
+
+    return TopologyMemo(fingerprint_of)
 
 
 @attrs.define(slots=True)
@@ -1097,7 +1112,7 @@ class NumaAwareBuilder:
     def __init__(self) -> None:
         self._key = ""
         self._providers: list[HintProvider] = []
-        self._fingerprints: TopologyMemo[TopologyFingerprint] = TopologyMemo(TopologyFingerprint.of)
+        self._fingerprints: TopologyMemo[TopologyFingerprint] = fingerprint_memo()
         self._tables = AdmissionTables()
 
     def __call__(self, arguments: Arguments) -> NumaAwarePlugin:
