@@ -309,7 +309,7 @@ def policies_content_key(policies: KubeletPolicies) -> tuple[object, ...]:
     )
 
 
-def topology_content_key(topology: NumaTopology) -> tuple[object, ...]:
+def topology_content_key(topology: NumaTopology) -> tuple[tuple[object, ...], tuple[object, ...]]:
     """Every field of the topology but the node's name, as a hashable value: two topologies with
     equal keys are read alike by everything that does not print the node's name.
 
@@ -318,8 +318,16 @@ def topology_content_key(topology: NumaTopology) -> tuple[object, ...]:
     get different keys, which only keeps them from sharing). Sets stay sets: they are only asked
     for membership. The parts are the topology's own immutable objects (the CPU rows, device
     groups, id sets), so the key is built without copying them; hash it once and keep the hash
-    (TopologyFingerprint does). A field added to NumaTopology must be added here.
+    (TopologyFingerprint does). A field added to NumaTopology must be added to one of the two
+    parts: the machine and its kubelet (topology_shape_key), which nodes of one shape share and
+    which rarely changes, and what the source says is free (topology_availability_key), which
+    changes with every update of the object.
     """
+    return (topology_shape_key(topology), topology_availability_key(topology))
+
+
+def topology_shape_key(topology: NumaTopology) -> tuple[object, ...]:
+    """The machine and its kubelet: every field but the node's name and the availability."""
     return (
         topology.numa_ids,
         topology.cpus,
@@ -330,7 +338,9 @@ def topology_content_key(topology: NumaTopology) -> tuple[object, ...]:
         topology.reserved_cpus,
         policies_content_key(topology.policies),
         topology.cpu_ids_known,
-        topology.available_cpus,
-        tuple(topology.available_devices.items()),
-        topology.pods_fingerprint,
     )
+
+
+def topology_availability_key(topology: NumaTopology) -> tuple[object, ...]:
+    """What the source says is free and which pods that reflects."""
+    return (topology.available_cpus, tuple(topology.available_devices.items()), topology.pods_fingerprint)

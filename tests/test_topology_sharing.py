@@ -256,7 +256,13 @@ def test_nodes_alike_hold_one_fingerprint_object_and_it_goes_with_them() -> None
     alpha, beta = topology_of("hgx-h100", "alpha"), topology_of("hgx-h100", "beta")
     other = topology_of("hgx-h100", "gamma", TopologyPolicy.SINGLE_NUMA_NODE)
     assert memo.get(alpha) is memo.get(beta)
+    assert memo.get(alpha) == TopologyFingerprint.of(beta)
     assert memo.get(other) is not memo.get(alpha) and memo.get(other) != memo.get(alpha)
+    # Another availability: another fingerprint, on the same machine part.
+    busy = attrs.evolve(beta, available_cpus=IdSet([5]))
+    assert memo.get(busy) != memo.get(alpha) and memo.get(busy) == TopologyFingerprint.of(busy)
+    machine_part = memo.get(alpha).content[0]  # type: ignore[index]
+    assert memo.get(busy).content[0] is machine_part  # type: ignore[index]
     collected = weakref.ref(memo.get(other))
     del other
     # Past the memo's recent builds, a fingerprint no topology uses is gone.

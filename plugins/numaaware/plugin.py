@@ -52,7 +52,13 @@ from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo, TaskStatus
-from numasched.api.topology import NumaTopology, TopologyPolicy, topology_content_key
+from numasched.api.topology import (
+    NumaTopology,
+    TopologyPolicy,
+    topology_availability_key,
+    topology_content_key,
+    topology_shape_key,
+)
 from numasched.plugins.numaaware.admission import (
     Admission,
     Placement,
@@ -972,7 +978,9 @@ class TopologyFingerprint:
 
     @classmethod
     def of(cls, topology: NumaTopology) -> TopologyFingerprint:
-        return cls(topology_fingerprint(topology))
+        """The machine part hashed once on its own (nodes of one shape can share it, see
+        fingerprint_memo), beside the availability."""
+        return cls((cls(topology_shape_key(topology)), topology_availability_key(topology)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -984,16 +992,21 @@ class TopologyFingerprint:
 
 
 def fingerprint_memo() -> TopologyMemo[TopologyFingerprint]:
-    """Each topology object's fingerprint, one fingerprint object per content: nodes alike then
-    hold the same object, so AdmissionTables finds a node's class by identity, not by walking the
-    content (tens of microseconds per comparison on a large machine)."""
+    """Each topology object's fingerprint (TopologyFingerprint.of), one object per content: nodes
+    alike then hold the same fingerprint, so AdmissionTables finds a node's class by identity
+    instead of walking the content (tens of microseconds per comparison on a large machine); and
+    fingerprints of one machine shape share its part, so the tables keep only each availability
+    apart, not another copy of the machine per update of a node's topology object."""
+    shapes: ContentMemo[TopologyFingerprint] = ContentMemo()
     canonical: ContentMemo[TopologyFingerprint] = ContentMemo()
 
+    # Keyed by the content, not by a fingerprint: a key is held strongly, and a fingerprint must
+    # be free to go when no table and no topology uses it.
     def fingerprint_of(topology: NumaTopology) -> TopologyFingerprint:
-        fingerprint = TopologyFingerprint.of(topology)
-        # Keyed by the content, not by the fingerprint: a key is held strongly, and the
-        # fingerprint must be free to go when no table and no topology uses it.
-        return canonical.get(fingerprint.content, lambda: fingerprint)
+        shape_key = topology_shape_key(topology)
+        shape = shapes.get(shape_key, lambda: TopologyFingerprint(shape_key))
+        content = (shape, topology_availability_key(topology))
+        return canonical.get(content, lambda: TopologyFingerprint(content))
 
     return TopologyMemo(fingerprint_of)
 
