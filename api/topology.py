@@ -295,3 +295,52 @@ class NumaTopology:
 def link_key(first: DeviceKey, second: DeviceKey) -> tuple[DeviceKey, DeviceKey]:
     """The key under which NumaTopology.links stores an unordered pair."""
     return (first, second) if first <= second else (second, first)
+
+
+def policies_content_key(policies: KubeletPolicies) -> tuple[object, ...]:
+    """KubeletPolicies as a hashable value (its option dicts as items in their order)."""
+    return (
+        policies.cpu_manager_policy,
+        tuple(policies.cpu_manager_options.items()),
+        policies.topology_manager_policy,
+        policies.topology_manager_scope,
+        tuple(policies.topology_manager_options.items()),
+        policies.memory_manager_policy,
+    )
+
+
+def topology_content_key(topology: NumaTopology) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """Every field of the topology but the node's name, as a hashable value: two topologies with
+    equal keys are read alike by everything that does not print the node's name.
+
+    Mappings become tuples of their items in their order, since readers iterate them and an order
+    that differs may change what comes first (two topologies equal as dicts but in another order
+    get different keys, which only keeps them from sharing). Sets stay sets: they are only asked
+    for membership. The parts are the topology's own immutable objects (the CPU rows, device
+    groups, id sets), so the key is built without copying them; hash it once and keep the hash
+    (TopologyFingerprint does). A field added to NumaTopology must be added to one of the two
+    parts: the machine and its kubelet (topology_shape_key), which nodes of one shape share and
+    which rarely changes, and what the source says is free (topology_availability_key), which
+    changes with every update of the object.
+    """
+    return (topology_shape_key(topology), topology_availability_key(topology))
+
+
+def topology_shape_key(topology: NumaTopology) -> tuple[object, ...]:
+    """The machine and its kubelet: every field but the node's name and the availability."""
+    return (
+        topology.numa_ids,
+        topology.cpus,
+        tuple((numa, tuple(row.items())) for numa, row in topology.distances.items()),
+        tuple((resource, tuple(per_numa.items())) for resource, per_numa in topology.memory.items()),
+        tuple(topology.devices.items()),
+        tuple(topology.links.items()),
+        topology.reserved_cpus,
+        policies_content_key(topology.policies),
+        topology.cpu_ids_known,
+    )
+
+
+def topology_availability_key(topology: NumaTopology) -> tuple[object, ...]:
+    """What the source says is free and which pods that reflects."""
+    return (topology.available_cpus, tuple(topology.available_devices.items()), topology.pods_fingerprint)

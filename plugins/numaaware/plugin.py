@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import enum
 import json
-import pickle
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +52,13 @@ from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo, TaskStatus
-from numasched.api.topology import NumaTopology, TopologyPolicy
+from numasched.api.topology import (
+    NumaTopology,
+    TopologyPolicy,
+    topology_availability_key,
+    topology_content_key,
+    topology_shape_key,
+)
 from numasched.plugins.numaaware.admission import (
     Admission,
     MergeMemo,
@@ -97,7 +102,7 @@ from numasched.plugins.numaaware.providers.device import (
 from numasched.plugins.numaaware.providers.device_sets import set_quality
 from numasched.plugins.numaaware.providers.dra import dra_provider_factory
 from numasched.plugins.numaaware.providers.memory import memory_provider_factory
-from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, keeps_group, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
@@ -233,15 +238,11 @@ def task_shape(task: TaskInfo) -> Hashable:
     )
 
 
-def topology_fingerprint(topology: NumaTopology) -> bytes:
-    """Every field of the topology but the node's name, as bytes: two nodes with equal
-    fingerprints and equal free resources admit a pod alike, with the same ids.
-
-    Pickled, since equal bytes unpickle to equal objects (mappings and sequences in their order:
-    an order that differs may change what admission iterates first). Two equal topologies may
-    still pickle apart (pickle records an object met twice once), which only keeps them from
-    sharing admissions; a node's fingerprint is built once per topology object (TopologyMemo)."""
-    return pickle.dumps(attrs.evolve(topology, node_name=""), protocol=pickle.HIGHEST_PROTOCOL)
+def topology_fingerprint(topology: NumaTopology) -> Hashable:
+    """Every field of the topology but the node's name (api.topology.topology_content_key): two
+    nodes with equal fingerprints and equal free resources admit a pod alike, with the same ids.
+    A node's fingerprint is built once per topology object (TopologyMemo)."""
+    return topology_content_key(topology)
 
 
 def free_key(free: FreeResources) -> Hashable:
@@ -293,7 +294,7 @@ class NumaAwarePlugin:
         self.providers: list[HintProvider] = (
             list(providers) if providers is not None else builtin_providers(self.provider_arguments)
         )
-        self.fingerprints = fingerprints if fingerprints is not None else TopologyMemo(TopologyFingerprint.of)
+        self.fingerprints = fingerprints if fingerprints is not None else fingerprint_memo()
         # Node classes and what was computed for them; shared by the sessions of one set of
         # providers (NumaAwareBuilder), since the engine's memo keeps decisions across sessions.
         self.tables = tables if tables is not None else AdmissionTables()
@@ -977,15 +978,17 @@ class TopologyFingerprint:
     """A topology's content but its node name (topology_fingerprint), hashed once: it is built
     once per topology object (TopologyMemo) and then only compared."""
 
-    __slots__ = ("_hash", "content")
+    __slots__ = ("__weakref__", "_hash", "content")
 
-    def __init__(self, content: bytes) -> None:
+    def __init__(self, content: Hashable) -> None:
         self.content = content
         self._hash = hash(content)
 
     @classmethod
     def of(cls, topology: NumaTopology) -> TopologyFingerprint:
-        return cls(topology_fingerprint(topology))
+        """The machine part hashed once on its own (nodes of one shape can share it, see
+        fingerprint_memo), beside the availability."""
+        return cls((cls(topology_shape_key(topology)), topology_availability_key(topology)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -994,6 +997,26 @@ class TopologyFingerprint:
         if not isinstance(other, TopologyFingerprint):
             return NotImplemented
         return self is other or (self._hash == other._hash and self.content == other.content)
+
+
+def fingerprint_memo() -> TopologyMemo[TopologyFingerprint]:
+    """Each topology object's fingerprint (TopologyFingerprint.of), one object per content: nodes
+    alike then hold the same fingerprint, so AdmissionTables finds a node's class by identity
+    instead of walking the content (tens of microseconds per comparison on a large machine); and
+    fingerprints of one machine shape share its part, so the tables keep only each availability
+    apart, not another copy of the machine per update of a node's topology object."""
+    shapes: ContentMemo[TopologyFingerprint] = ContentMemo()
+    canonical: ContentMemo[TopologyFingerprint] = ContentMemo()
+
+    # Keyed by the content, not by a fingerprint: a key is held strongly, and a fingerprint must
+    # be free to go when no table and no topology uses it.
+    def fingerprint_of(topology: NumaTopology) -> TopologyFingerprint:
+        shape_key = topology_shape_key(topology)
+        shape = shapes.get(shape_key, lambda: TopologyFingerprint(shape_key))
+        content = (shape, topology_availability_key(topology))
+        return canonical.get(content, lambda: TopologyFingerprint(content))
+
+    return TopologyMemo(fingerprint_of)
 
 
 @attrs.define(slots=True)
@@ -1111,7 +1134,7 @@ class NumaAwareBuilder:
     def __init__(self) -> None:
         self._key = ""
         self._providers: list[HintProvider] = []
-        self._fingerprints: TopologyMemo[TopologyFingerprint] = TopologyMemo(TopologyFingerprint.of)
+        self._fingerprints: TopologyMemo[TopologyFingerprint] = fingerprint_memo()
         self._tables = AdmissionTables()
 
     def __call__(self, arguments: Arguments) -> NumaAwarePlugin:

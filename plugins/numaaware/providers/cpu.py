@@ -36,7 +36,7 @@ from numasched.plugins.numaaware.providers.cpu_assignment import (
     take_packed,
 )
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
-from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
 
 __all__ = [
@@ -156,10 +156,16 @@ class CpuNodeIndex:
         topology: NumaTopology,
         default_options: Mapping[str, str] | None = None,
         shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] | None = None,
+        *,
+        layout: CpuLayout | None = None,
+        options: StaticPolicyOptions | None = None,
     ) -> CpuNodeIndex:
         """The index of a topology; with shared_hints (kept by the caller, by mask shape) indexes of
-        equal masks share their hints_by_counts."""
-        layout = CpuLayout.from_topology(topology)
+        equal masks share their hints_by_counts. `layout` and `options`, when the caller already
+        has them, are the topology's CpuLayout and StaticPolicyOptions.of(topology, default_options).
+        """
+        if layout is None:
+            layout = CpuLayout.from_topology(topology)
         numa_ids = tuple(sorted(layout.cpus_by_numa))
         masks = []
         for mask in iterate_masks(numa_ids):
@@ -169,7 +175,7 @@ class CpuNodeIndex:
         hints_by_counts = {} if shared_hints is None else shared_hints.setdefault(shape, {})
         return cls(
             layout=layout,
-            options=StaticPolicyOptions.of(topology, default_options),
+            options=StaticPolicyOptions.of(topology, default_options) if options is None else options,
             numa_ids=numa_ids,
             cpus_by_numa={numa: IdSet(layout.cpus_by_numa[numa]) for numa in numa_ids},
             masks=tuple(masks),
@@ -380,7 +386,22 @@ class CpuHintProvider:
     def _index_memo(self) -> TopologyMemo[CpuNodeIndex]:
         # Hints by mask shape, shared by the indexes of all topologies of that shape.
         shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] = {}
-        return TopologyMemo(lambda topology: CpuNodeIndex.of(topology, self.default_options, shared_hints))
+        # A layout depends on the CPU rows alone, an index on the rows and the options: topologies
+        # of one machine shape (and a node's successive topology objects) share them.
+        layouts: ContentMemo[CpuLayout] = ContentMemo()
+        shared_indexes: ContentMemo[CpuNodeIndex] = ContentMemo()
+
+        def index_of(topology: NumaTopology) -> CpuNodeIndex:
+            options = StaticPolicyOptions.of(topology, self.default_options)
+
+            def build() -> CpuNodeIndex:
+                # Built from this topology, so a topology that cannot be read names its own node.
+                layout = layouts.get(topology.cpus, lambda: CpuLayout.from_topology(topology))
+                return CpuNodeIndex.of(topology, self.default_options, shared_hints, layout=layout, options=options)
+
+            return shared_indexes.get((topology.cpus, options), build)
+
+        return TopologyMemo(index_of)
 
     @property
     def name(self) -> str:

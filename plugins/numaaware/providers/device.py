@@ -48,7 +48,7 @@ from numasched.plugins.numaaware.providers.device_sets import (
     choose_nics,
     nic_preference,
 )
-from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
+from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
 
 log = structlog.get_logger(__name__)
@@ -124,9 +124,21 @@ def device_group_indexes(
 
 
 def _shared_index_memo() -> TopologyMemo[dict[str, DeviceGroupIndex]]:
-    """Per topology its device indexes, whose hints are shared by mask shape."""
+    """Per topology its device indexes, whose hints are shared by mask shape.
+
+    An index depends on its device group and the node's NUMA ids alone, so topologies of one
+    machine shape (and a node's successive topology objects) share each group's index; the dict
+    per topology is its own."""
     shared_hints: dict[Hashable, dict[Hashable, tuple[TopologyHint, ...]]] = {}
-    return TopologyMemo(lambda topology: device_group_indexes(topology, shared_hints))
+    shared_indexes: ContentMemo[DeviceGroupIndex] = ContentMemo()
+
+    def index_of(group: DeviceGroup, numa_ids: tuple[int, ...]) -> DeviceGroupIndex:
+        return shared_indexes.get((group, numa_ids), lambda: DeviceGroupIndex.of(group, numa_ids, shared_hints))
+
+    def indexes_of(topology: NumaTopology) -> dict[str, DeviceGroupIndex]:
+        return {resource: index_of(group, topology.numa_ids) for resource, group in topology.devices.items()}
+
+    return TopologyMemo(indexes_of)
 
 
 # Distinct (counts, request) answers kept per mask shape before they are dropped and computed anew.
