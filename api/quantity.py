@@ -22,6 +22,7 @@ for memory): kube-scheduler reads quantities as int64 too, so no real request li
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -146,6 +147,13 @@ def _ratio(value: str | int | float) -> tuple[int, int]:
         return _parse_text(value, repr(value))
     if not isinstance(value, str):
         raise _invalid(value, f"expected a string or number, got {type(value).__name__}")
+    return _parse_string(value)
+
+
+# Kept per text: a cluster's pods repeat a few quantities ("2", "4Gi") in every watch event, and a
+# pure function of an immutable string gives the same answer each time (errors are not kept).
+@functools.lru_cache(maxsize=4096)
+def _parse_string(value: str) -> tuple[int, int]:
     return _parse_text(value, value.strip())
 
 
