@@ -20,7 +20,7 @@ from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import CpuInfo, DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
 from numasched.plugins.numaaware.admission import MergeMemo, _merge
 from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge
-from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hints
+from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hint_table, cpu_hints
 from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hints
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 
@@ -228,3 +228,19 @@ def test_device_hints_count_devices_per_mask_and_partition(case: tuple[DeviceGro
     narrowest = min((mask.count() for mask in masks if most_in(mask, every) >= request), default=len(numa_ids))
     expected = [TopologyHint(m, m.count() == narrowest) for m in masks if most_in(m, free_ids) >= request]
     assert actual == expected
+
+
+def test_equal_cpu_hints_from_different_free_counts_are_one_tuple() -> None:
+    """The merge memo finds merged hints by the tuple's identity: hints of equal content from other
+    free counts must be the very same tuple, and hints of other content another one."""
+    topology = small_topology("a")
+    index = CpuNodeIndex.of(topology)
+    numa0, numa1 = (
+        IdSet(c.cpu for c in topology.cpus if c.numa == 0),
+        IdSet(c.cpu for c in topology.cpus if c.numa == 1),
+    )
+    both = cpu_hint_table(topology, numa0 | numa1, 2, index=index)
+    fewer = cpu_hint_table(topology, IdSet(list(numa0)[:3]) | numa1, 2, index=index)
+    assert both == fewer and both is fewer
+    one_side = cpu_hint_table(topology, numa1, 2, index=index)
+    assert one_side != both and one_side is not both

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import structlog
 
-from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.hint import ResourceHints, TopologyHint, interned_hints
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.task import ContainerInfo, QosClass, pod_whole_cpus, whole_cpus
@@ -307,9 +307,8 @@ def cpu_hint_table(
     if known is None:
         if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
             index.hints_by_counts.clear()
-        known = index.hints_by_counts[counts] = tuple(
-            _hints_for_counts(index, free_per_numa, request_cpus, reusable_bits, reused, unknown)
-        )
+        made = tuple(_hints_for_counts(index, free_per_numa, request_cpus, reusable_bits, reused, unknown))
+        known = index.hints_by_counts[counts] = interned_hints(index.hints_by_counts, made)
     return known
 
 

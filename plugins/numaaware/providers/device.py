@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 import structlog
 
-from numasched.api.hint import ResourceHints, TopologyHint
+from numasched.api.hint import ResourceHints, TopologyHint, interned_hints
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import DeviceGroup, NumaTopology
 from numasched.plugins.numaaware.providers.base import (
@@ -199,7 +199,8 @@ def device_hint_table(
     if known is None:
         if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
             index.hints_by_counts.clear()
-        known = index.hints_by_counts[counts] = tuple(_hints_for_counts(index, free_per_block, request, needed))
+        made = tuple(_hints_for_counts(index, free_per_block, request, needed))
+        known = index.hints_by_counts[counts] = interned_hints(index.hints_by_counts, made)
     return known
 
 
