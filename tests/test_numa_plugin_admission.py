@@ -394,13 +394,36 @@ def test_device_pods_choose_sets_on_the_scored_nodes_and_reuse_them(monkeypatch:
     assert isinstance(expected, Placement)
     calls.clear()
     chosen = decide(plugin, task, nodes)
-    # Link-quality scoring chooses the GPU set on each of the 4 equally good nodes; on_allocate
-    # then reuses the chosen node's set instead of choosing again.
+    # Link-quality scoring chooses the GPU set once: the 4 equally good nodes differ only in their
+    # CPUs, so the set's quality on the first holds for the others (the device provider reads no
+    # CPU). on_allocate then reuses the chosen node's set instead of choosing again.
     assert calls["CpuHintProvider.hints"] == 4
-    assert calls["DeviceProvider.allocate"] == 4
-    assert calls["CpuHintProvider.allocate"] == 4
+    assert calls["DeviceProvider.allocate"] == 1
+    assert calls["CpuHintProvider.allocate"] == 1
     assert chosen.name == "n0"
     assert task.allocation == expected.allocation is not None
+
+
+def test_nodes_whose_cpus_lead_to_other_numa_nodes_get_the_device_sets_of_their_own_hint() -> None:
+    """Two nodes alike in their free GPUs but whose free CPUs sit on different NUMA nodes merge to
+    different hints, so their GPU sets, and what each leaves free, differ: the link quality of one
+    is not the other's."""
+    plugin = numa_plugin()
+    nodes = cluster(2)
+    topology = nodes[0].topology
+    assert topology is not None
+    gpus = topology.devices[GPU].devices
+    cpus_on = {numa: IdSet(c.cpu for c in topology.cpus if c.numa == numa) for numa in (0, 1)}
+    # Two GPUs of NUMA node 1 taken on both; node n0 has CPUs left on NUMA node 0 only, n1 on 1 only.
+    taken = tuple(device.id for device in gpus if device.numa == 1)[:2]
+    for node, pinned in ((nodes[0], cpus_on[1]), (nodes[1], cpus_on[0])):
+        node.replace_allocation(None, PodAllocation((ContainerAllocation("held", pinned, None, {GPU: taken}),)))
+    task = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)])
+    assert all(plugin.predicate(task, node).passed for node in nodes)
+    scores = plugin.batch_node_order(task, nodes)
+    # On n1 the pair comes from NUMA node 1 and leaves NUMA node 0's four GPUs whole; on n0 it
+    # breaks them up. Both span one NUMA node, so the link ranking alone parts them.
+    assert scores["n1"] > scores["n0"]
 
 
 def test_on_allocate_recomputes_when_the_node_changed_since_the_predicate() -> None:

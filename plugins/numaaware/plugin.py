@@ -802,10 +802,33 @@ class NumaAwarePlugin:
         memo_key = (*decision.equivalence, resources)
         if memo_key in self._qualities and decision.generation == node.generation:
             return self._qualities[memo_key]
+        device_key = self._device_state(decision, resources)
+        if device_key is not None and device_key in self.tables.device_qualities:
+            return self.tables.device_qualities[device_key]
         quality = self._computed_quality(task, node, topology, decision, resources)
         if decision.generation == node.generation:
             self._qualities[memo_key] = quality
+            if device_key is not None:
+                self.tables.device_qualities[device_key] = quality
         return quality
+
+    def _device_state(self, decision: _Decision, resources: tuple[str, ...]) -> Hashable | None:
+        """What the device sets an Admission is completed with depend on: the devices (the
+        topology), the pod's shape and policy, the merged hint, and per device resource what is
+        free and how much pods of unknown ids hold; not the CPUs (the device provider reads none).
+        None for a full Placement, whose ids are already chosen."""
+        outcome = decision.outcome
+        if not isinstance(outcome, Admission):
+            return None
+        free = decision.free
+        return (
+            self.fingerprints.get(decision.topology),
+            decision.equivalence[1],
+            outcome.hint,
+            resources,
+            tuple(free.free_devices(resource) for resource in resources),
+            tuple(free.unknown_count(resource) for resource in resources),
+        )
 
     def _computed_quality(
         self, task: TaskInfo, node: NodeInfo, topology: NumaTopology, decision: _Decision, resources: Sequence[str]
@@ -937,6 +960,8 @@ class AdmissionTables:
         self.completed: dict[tuple[int, int], Placement] = {}
         # Link quality of the device sets chosen per class, shape and device resources.
         self.qualities: dict[tuple[int, int, tuple[str, ...]], tuple[int, int, int] | None] = {}
+        # The same per device state (_device_state): nodes alike but for their CPUs share it.
+        self.device_qualities: dict[Hashable, tuple[int, int, int] | None] = {}
         # The agent's view of each node topology, for pods the agent pins (pod_policy).
         self.agent_views = AgentViews()
         # Merged hints by policy, NUMA ids and providers' hints (admission._merge).
@@ -970,8 +995,11 @@ class AdmissionTables:
             self.equivalent.clear()
             self.completed.clear()
             self.qualities.clear()
+            self.device_qualities.clear()
         if len(self.admissions) > self.MAX_NODES:
             self.admissions.clear()
+        if len(self.device_qualities) > self.MAX_CLASSES:
+            self.device_qualities.clear()
 
 
 class TopologyFingerprint:
