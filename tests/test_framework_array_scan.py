@@ -6,6 +6,7 @@ nodes in order, stop once enough passed)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Hashable
 
 from hypothesis import given, settings
@@ -43,7 +44,9 @@ class TablePredicate:
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
         if self.passes[(node.name, task.labels["colour"])]:
             return SUCCESS
-        return Status(StatusCode.UNSCHEDULABLE, "node(s) say no")
+        # A reason that differs between nodes (but does not name one), so a reason read from
+        # another node's slot shows.
+        return Status(StatusCode.UNSCHEDULABLE, f"node(s) say no ({len(node.name) % 2 + int(node.name[-1]) % 3})")
 
 
 def pod(uid: str, colour: str) -> TaskInfo:
@@ -74,9 +77,13 @@ scan = st.tuples(
     size=st.integers(min_value=1, max_value=20),
     initial=st.lists(st.booleans(), min_size=40, max_size=40),
     scans=st.lists(scan, min_size=1, max_size=12),
+    slot_order=st.randoms(use_true_random=False),
 )
 def test_the_array_scan_walks_as_the_plain_loop(
-    size: int, initial: list[bool], scans: list[tuple[str, int | None, bool, list[tuple[int, str, bool]]]]
+    size: int,
+    initial: list[bool],
+    scans: list[tuple[str, int | None, bool, list[tuple[int, str, bool]]]],
+    slot_order: random.Random,
 ) -> None:
     nodes = [NodeInfo.create(f"n{index:02d}", Resource(milli_cpu=1000)) for index in range(size)]
     table = TablePredicate()
@@ -90,6 +97,10 @@ def test_the_array_scan_walks_as_the_plain_loop(
     ssn.open()
     memo = EquivalenceMemo()
     memo.bind(conf)
+    # The memo's slots given in some order of its own (another action's, an earlier session's).
+    names = [node.name for node in nodes]
+    slot_order.shuffle(names)
+    memo.slots.of(names)
     ssn.memo = memo
     offset = 0
     for number, (colour, to_find, first_fit, changes) in enumerate(scans):
@@ -120,7 +131,10 @@ def test_the_array_scan_walks_as_the_plain_loop(
             offset = (start + visited) % size
         assert [node.name for node in found] == expected
         assert ssn.node_scan_offset == offset
-        assert sorted(ssn.fit_errors.get(task.uid, {})) == sorted(failing)
+        recorded = ssn.fit_errors.get(task.uid, {})
+        assert sorted(recorded) == sorted(failing)
+        for name, reasons in recorded.items():
+            assert [reason.reason for reason in reasons] == [table.predicate(task, ssn.nodes[name]).reason]
 
 
 def _generations_read_one_by_one(nodes: list[NodeInfo]) -> list[int]:

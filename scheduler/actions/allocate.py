@@ -31,6 +31,7 @@ from numasched.api.task import TaskInfo
 from numasched.scheduler.actions import queue_points
 from numasched.scheduler.actions.enqueue import QUEUE_OPEN, is_pending
 from numasched.scheduler.framework.equivalence import (
+    Bools,
     Candidates,
     ClassAnswers,
     EquivalenceMemo,
@@ -175,71 +176,89 @@ def feasible_nodes(
     memo_key, answers = _answers(ssn, task, check_resources)
     total = len(nodes)
     slots = index.slots
-    answers.fit(int(slots.max()) + 1 if total else 0)
+    answers.fit(index.slot_bound)
     generations = index.generations()
     if memo_key is not None and _still_fits_nowhere(ssn, task, index, generations, check_resources, memo_key, answers):
         return Candidates(())
     sampled = not first_fit and nodes_to_find is not None and nodes_to_find < total
     start = ssn.node_scan_offset % total if sampled and total else 0
     wanted = 1 if first_fit else nodes_to_find if sampled and nodes_to_find is not None else total
-    # Scan order: positions in nodes, from the offset round.
-    order = np.arange(total, dtype=np.int64)
-    if start:
-        order = np.concatenate((order[start:], order[:start]))
-    scan_slots = slots[order]
-    known = answers.predicate_generation[scan_slots] == generations[order]
-    passes = known & answers.passed[scan_slots]
+    # Everything below is by position in `nodes`; the scan visits positions from `start` round.
+    if index.in_slot_order:
+        known = answers.predicate_generation[:total] == generations
+        passes = known & answers.passed[:total]
+    else:
+        known = answers.predicate_generation[slots] == generations
+        passes = known & answers.passed[slots]
     stale = np.flatnonzero(~known)
-    known_passes_before = np.cumsum(passes) - passes if len(stale) else passes
+    if start and len(stale):
+        wrap = int(np.searchsorted(stale, start))
+        stale = np.concatenate((stale[wrap:], stale[:wrap]))
+    known_passes_before = _passes_before(passes, stale, start)
     insufficient: dict[str, Status] = {}
     asked_passes = 0
     # Failures of this scan the memo does not keep (they name the pod, or a plugin raised).
     unshared: dict[int, tuple[Status, ...]] = {}
     fault_at: int | None = None
-    for step in stale.tolist():
+    for step, position in enumerate(stale.tolist()):
         if int(known_passes_before[step]) + asked_passes >= wanted:
             break
-        node = nodes[int(order[step])]
+        node = nodes[position]
         failed = _failures_on(ssn, task, node, check_resources, insufficient)
         if _shareable(ssn, task, failed):
-            slot = scan_slots[step]
+            slot = slots[position]
             answers.predicate_generation[slot] = node.generation
             answers.passed[slot] = failed is None
             answers.failures[slot] = failed
         elif failed is not None:
-            unshared[step] = failed
+            unshared[position] = failed
         if failed is None:
-            passes[step] = True
+            passes[position] = True
             asked_passes += 1
             continue
         if failed[0].code is StatusCode.ERROR and ssn.fault_of(task) is not None:
             # A plugin raised for this task: it fails this cycle, no need to try the others.
-            fault_at = step
+            fault_at = position
             break
     if fault_at is not None:
-        visited = fault_at + 1
+        visited = (fault_at - start) % total + 1
     else:
-        found = int(np.searchsorted(np.cumsum(passes), wanted))
+        in_scan_order = np.concatenate((passes[start:], passes[:start])) if start else passes
+        found = int(np.searchsorted(np.cumsum(in_scan_order), wanted))
         visited = found + 1 if found < total else total
     if sampled:
         ssn.node_scan_offset = (start + visited) % total
-    seen = passes[:visited]
-    failing = np.flatnonzero(~seen)
+    scanned = np.arange(start, start + visited, dtype=np.int64)
+    if start + visited > total:
+        scanned %= total
+    seen = passes[scanned]
+    failing = scanned[~seen]
     failures: dict[str, Sequence[Status]] = {}
     if len(failing):
-        reasons = answers.failures[scan_slots[failing]]
-        for place, step in enumerate(failing.tolist()) if unshared else ():
-            if step in unshared:
-                reasons[place] = unshared[step]
-        failures = dict(zip(index.names[order[failing]].tolist(), reasons.tolist(), strict=True))
+        reasons = answers.failures[failing if index.in_slot_order else slots[failing]]
+        for place, position in enumerate(failing.tolist()) if unshared else ():
+            if position in unshared:
+                reasons[place] = unshared[position]
+        failures = dict(zip(index.names[failing].tolist(), reasons.tolist(), strict=True))
         ssn.record_fit_errors(task, failures)
-    positions = order[:visited][seen]
-    candidates = Candidates(
-        [nodes[position] for position in positions.tolist()], index, positions, generations[positions]
-    )
+    positions = scanned[seen]
+    candidates = Candidates(index.node_objects[positions].tolist(), index, positions, generations[positions])
     if memo_key is not None and not candidates and visited == total and not unshared:
         ssn.failed_scans[memo_key] = _FailedScan(index, generations, failures)
     return candidates
+
+
+def _passes_before(passes: Bools, stale: Ints, start: int) -> Ints:
+    """For each stale position (in scan order from `start`), how many known passes the scan meets
+    before it: those from `start` up to it, plus, past the wrap, those from `start` to the end."""
+    if not len(stale):
+        return stale
+    inclusive: Ints = np.cumsum(passes, dtype=np.int64)
+    before_start = int(inclusive[start - 1]) if start else 0
+    before: Ints = inclusive[stale] - passes[stale].astype(np.int64) - before_start
+    if start:
+        before[stale < start] += int(inclusive[-1])
+    return before
 
 
 class _FailedScan:

@@ -122,13 +122,33 @@ class NodeIndex:
     generations are kept as an array and only the nodes reported since the last read are read
     again; without one, every node is read each time."""
 
-    __slots__ = ("_generations", "_log", "_position", "_read", "names", "nodes", "slots")
+    __slots__ = (
+        "_generations",
+        "_log",
+        "_position",
+        "_read",
+        "in_slot_order",
+        "names",
+        "node_objects",
+        "nodes",
+        "slot_bound",
+        "slots",
+    )
 
     def __init__(self, nodes: Sequence[NodeInfo], slots: NodeSlots, touch_log: list[NodeInfo] | None = None) -> None:
         self.nodes = nodes
         names = [node.name for node in nodes]
         self.slots = slots.of(names)
         self.names: Objects = np.array(names, dtype=object) if names else np.empty(0, dtype=object)
+        # The nodes as an array, to pick many at once by position.
+        self.node_objects: Objects = np.empty(len(nodes), dtype=object)
+        for position, node in enumerate(nodes):
+            self.node_objects[position] = node
+        # One past the highest slot (the memo's tables must have room for it).
+        self.slot_bound = int(self.slots.max()) + 1 if len(nodes) else 0
+        # Position i holds slot i (the memo's slots were given in this order): tables are read by
+        # slicing rather than by picking every slot.
+        self.in_slot_order = bool(np.array_equal(self.slots, np.arange(len(nodes), dtype=np.int64)))
         self._log = touch_log
         self._read = 0 if touch_log is None else len(touch_log)
         self._position = {id(node): position for position, node in enumerate(nodes)}
