@@ -25,7 +25,7 @@ from numasched.api.node import NodeInfo, Taint
 from numasched.api.task import TaskInfo, Toleration
 from numasched.plugins.predicates import tolerates
 from numasched.scheduler.framework.arguments import Arguments
-from numasched.scheduler.framework.equivalence import Floats
+from numasched.scheduler.framework.equivalence import Candidates, Floats
 from numasched.scheduler.framework.session import Session
 
 PLUGIN_NAME = "nodeorder"
@@ -278,7 +278,8 @@ class NodeOrderPlugin:
 
     def batch_score(self, task: TaskInfo, nodes: Sequence[NodeInfo]) -> dict[str, float] | Floats:
         weight = self.weights.taint_toleration
-        if not any(node.taints for node in nodes):
+        tainted = nodes.any_tainted() if isinstance(nodes, Candidates) else any(node.taints for node in nodes)
+        if not tainted:
             # No candidate has a taint: every one scores the top (reverse_normalized of zeros).
             return np.full(len(nodes), float(MAX_NODE_SCORE * weight))
         return {name: float(score * weight) for name, score in taint_toleration_scores(task, nodes).items()}

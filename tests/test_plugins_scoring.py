@@ -340,3 +340,28 @@ def test_nodeorder_spreads_and_binpack_packs_in_a_session() -> None:
     assert placement(header + "  - name: binpack\n") == "busy"
     heavy_binpack = header + "  - name: nodeorder\n  - name: binpack\n    arguments: {binpack.weight: 10}\n"
     assert placement(heavy_binpack) == "busy"
+
+
+def placed_among(nodes: dict[str, NodeInfo], config_text: str) -> list[str]:
+    task = make_task("pod", cpu="1", memory="1Gi")
+    job = JobInfo(uid=task.job_id, namespace="default", name="pod", tasks={task.uid: task})
+    result = run_session(
+        ClusterSnapshot(nodes=nodes, jobs={job.uid: job}), load_config_text(config_text), default_registry()
+    )
+    return [request.node_name for request in result.bind_requests]
+
+
+def test_a_tainted_node_found_by_the_scan_is_scored_lower_in_a_session() -> None:
+    """The allocate action's candidates (found by the predicate scan, with their node index) are
+    checked for taints on the index's array: a PreferNoSchedule node loses to a clean one that
+    comes after it in name order; untainted, the two tie and the name order decides."""
+    text = "actions: allocate\ntiers:\n- plugins:\n  - name: predicates\n  - name: nodeorder\n"
+
+    def two_nodes(tainted: bool) -> dict[str, NodeInfo]:
+        nodes = {name: make_node(name, cpu="8", memory="16Gi") for name in ("a-spot", "b-clean")}
+        if tainted:
+            nodes["a-spot"].taints = (Taint("spot", "yes", "PreferNoSchedule"),)
+        return nodes
+
+    assert placed_among(two_nodes(tainted=True), text) == ["b-clean"]
+    assert placed_among(two_nodes(tainted=False), text) == ["a-spot"]

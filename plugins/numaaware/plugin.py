@@ -24,7 +24,7 @@ agent-pinned CPUs decided under the pod's policy, singleNUMANodeExclusive (exclu
 L3 rounding (providers/cpu_burst.py); docs/policies.md, "Node-level and pod-level policy".
 
 Scores: fewer NUMA nodes first (Volcano's normalisation, 0-100 times weight); for device pods,
-plus up to a quarter of that for the better-linked device set (link_scores).
+plus up to a quarter of that for the better-linked device set (link_bonuses).
 
 A plugin implementing restriction.RestrictsNuma (numa-affinity-group) may keep a pod with its
 group: a node is then admitted only when the pod's placement there (and its gang companions'
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -199,16 +199,16 @@ def stricter(first: TopologyPolicy, second: TopologyPolicy | None) -> TopologyPo
     return second
 
 
-def link_scores(qualities: Mapping[str, tuple[int, ...]], weight: int) -> dict[str, float]:
+def link_bonuses(qualities: Iterable[tuple[int, ...]], weight: int) -> dict[tuple[int, ...], float]:
     """Between nodes that admit a device pod: the better-linked set scores higher (NVLinks, then
     PCIe closeness, then the largest aligned block left free), ranked 0 to MAX_NODE_SCORE /
-    LINK_SCORE_SHARE times weight, so the NUMA span stays the first criterion."""
-    distinct = sorted(set(qualities.values()))
+    LINK_SCORE_SHARE times weight, so the NUMA span stays the first criterion. The bonus per
+    distinct quality; none when all are alike."""
+    distinct = sorted(set(qualities))
     if len(distinct) < 2:
         return {}
     top = MAX_NODE_SCORE / LINK_SCORE_SHARE
-    rank = {quality: index / (len(distinct) - 1) for index, quality in enumerate(distinct)}
-    return {node_name: top * rank[quality] * weight for node_name, quality in qualities.items()}
+    return {quality: top * (index / (len(distinct) - 1)) * weight for index, quality in enumerate(distinct)}
 
 
 def normalized_scores(counts: Floats, weight: int) -> Floats:
@@ -770,25 +770,35 @@ class NumaAwarePlugin:
             return scores
         best = float(scores[scored].max())
         reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
-        qualities: dict[str, tuple[int, ...]] = {}
-        positions: dict[str, int] = {}
-        for position in np.flatnonzero(scored & (scores >= best - reach)).tolist():
-            node = candidates[position]
-            topology = node.topology
-            if topology is None or not topology.links:
-                continue
-            part = parts[position]
+        near = np.flatnonzero(scored & (scores >= best - reach))
+        qualities: list[tuple[int, ...]] = []
+        linked_at: list[int] = []
+        for position, part in zip(near.tolist(), parts[near].tolist(), strict=True):
             assert isinstance(part, _ScorePart)
-            if part.quality is _UNKNOWN_QUALITY:
-                resources = tuple(name for name in linked if name in topology.devices)
-                part.quality = self._set_quality(task, node, part.decision, resources) if resources else None
-            if part.quality is not None:
-                assert isinstance(part.quality, tuple)
-                qualities[node.name] = part.quality
-                positions[node.name] = position
-        for node_name, bonus in link_scores(qualities, self.weight).items():
-            scores[positions[node_name]] += bonus
+            quality = part.quality
+            if quality is _UNKNOWN_QUALITY:
+                # Kept in the part, which the engine keeps per pod class and node generation.
+                quality = part.quality = self._link_quality(task, candidates[position], part, linked)
+            if quality is not None:
+                assert isinstance(quality, tuple)
+                qualities.append(quality)
+                linked_at.append(position)
+        bonuses = link_bonuses(qualities, self.weight)
+        if bonuses:
+            scores[np.array(linked_at, dtype=np.int64)] += np.fromiter(
+                (bonuses[quality] for quality in qualities), dtype=np.float64, count=len(qualities)
+            )
         return scores
+
+    def _link_quality(
+        self, task: TaskInfo, node: NodeInfo, part: _ScorePart, linked: Sequence[str]
+    ) -> tuple[int, int, int] | None:
+        """The node's device-set quality for link ranking; None where the node reports no links."""
+        topology = node.topology
+        if topology is None or not topology.links:
+            return None
+        resources = tuple(name for name in linked if name in topology.devices)
+        return self._set_quality(task, node, part.decision, resources) if resources else None
 
     def _set_quality(
         self, task: TaskInfo, node: NodeInfo, decision: _Decision, resources: tuple[str, ...]

@@ -133,6 +133,7 @@ class NodeIndex:
         "nodes",
         "slot_bound",
         "slots",
+        "tainted",
     )
 
     def __init__(self, nodes: Sequence[NodeInfo], slots: NodeSlots, touch_log: list[NodeInfo] | None = None) -> None:
@@ -149,6 +150,8 @@ class NodeIndex:
         # Position i holds slot i (the memo's slots were given in this order): tables are read by
         # slicing rather than by picking every slot.
         self.in_slot_order = bool(np.array_equal(self.slots, np.arange(len(nodes), dtype=np.int64)))
+        # Which nodes have taints (a session does not change a node's taints).
+        self.tainted: Bools = np.fromiter((bool(node.taints) for node in nodes), dtype=np.bool_, count=len(nodes))
         self._log = touch_log
         self._read = 0 if touch_log is None else len(touch_log)
         self._position = {id(node): position for position, node in enumerate(nodes)}
@@ -253,3 +256,9 @@ class Candidates(list[NodeInfo]):
 
     def slots(self) -> Ints | None:
         return None if self.node_index is None else self.node_index.slots[self.positions]
+
+    def any_tainted(self) -> bool:
+        """Whether any of the nodes has a taint."""
+        if self.node_index is None or len(self.positions) != len(self):
+            return any(node.taints for node in self)
+        return bool(self.node_index.tainted[self.positions].any())
