@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import attrs
 
@@ -27,11 +27,3 @@ class TopologyHint:
 # merged from it by identity (numa-aware's merge memo); a list is taken as made for this call.
 ResourceHints = dict[str, Sequence[TopologyHint] | None]
 
-
-def interned_hints(
-    table: dict[Hashable, tuple[TopologyHint, ...]], hints: tuple[TopologyHint, ...]
-) -> tuple[TopologyHint, ...]:
-    """The one tuple of the table equal to `hints` (kept under the key ("interned", hints)): answers
-    of equal content become one object, so what is remembered by their identity (numa-aware's
-    merge memo) is found for all of them."""
-    return table.setdefault(("interned", hints), hints)

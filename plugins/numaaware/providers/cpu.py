@@ -16,9 +16,10 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 import attrs
+import numpy as np
 import structlog
 
-from numasched.api.hint import ResourceHints, TopologyHint, interned_hints
+from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.task import ContainerInfo, QosClass, pod_whole_cpus, whole_cpus
@@ -36,6 +37,7 @@ from numasched.plugins.numaaware.providers.cpu_assignment import (
     take_packed,
 )
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
+from numasched.plugins.numaaware.providers.mask_table import MaskTable
 from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
 
@@ -149,6 +151,8 @@ class CpuNodeIndex:
     # (CPUs per mask), so nodes of one shape at equal counts (most of a cluster) compute them once
     # whichever CPUs are free.
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
+    # The masks as arrays (CPUs per mask as the totals).
+    mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
 
     @classmethod
     def of(
@@ -180,6 +184,7 @@ class CpuNodeIndex:
             cpus_by_numa={numa: IdSet(layout.cpus_by_numa[numa]) for numa in numa_ids},
             masks=tuple(masks),
             hints_by_counts=hints_by_counts,
+            mask_table=MaskTable(masks, numa_ids),
         )
 
 
@@ -307,8 +312,9 @@ def cpu_hint_table(
     if known is None:
         if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
             index.hints_by_counts.clear()
-        made = tuple(_hints_for_counts(index, free_per_numa, request_cpus, reusable_bits, reused, unknown))
-        known = index.hints_by_counts[counts] = interned_hints(index.hints_by_counts, made)
+        known = index.hints_by_counts[counts] = _hints_for_counts(
+            index, free_per_numa, request_cpus, reusable_bits, reused, unknown
+        )
     return known
 
 
@@ -323,21 +329,15 @@ def _hints_for_counts(
     reusable_bits: int,
     reused: int,
     unknown: int,
-) -> list[TopologyHint]:
+) -> tuple[TopologyHint, ...]:
     """cpu_hints from the free CPUs per NUMA node: every mask that holds the reused CPUs and
-    enough free ones, preferred when no narrower mask holds the request."""
-    min_affinity = len(index.numa_ids)
-    fitting: list[NumaMask] = []
-    for mask, numas, total_in_mask in index.masks:
-        width = len(numas)
-        if total_in_mask >= request_cpus and width < min_affinity:
-            min_affinity = width
-        if reusable_bits & ~mask.bits:
-            continue
-        if reused + max(0, sum(free_per_numa[numa] for numa in numas) - unknown) < request_cpus:
-            continue
-        fitting.append(mask)
-    return [TopologyHint(mask, mask.count() == min_affinity) for mask in fitting]
+    enough free ones, preferred when no narrower mask holds the request (MaskTable)."""
+    table = index.mask_table
+    free = np.fromiter((free_per_numa[numa] for numa in table.numa_ids), dtype=np.int64, count=len(table.numa_ids))
+    fits = reused + np.maximum(0, table.members @ free - unknown) >= request_cpus
+    if reusable_bits:
+        fits &= table.holding(reusable_bits)
+    return table.hints(fits, table.narrowest(request_cpus, len(index.numa_ids)), index.hints_by_counts)
 
 
 # -- allocation -------------------------------------------------------------------------------------

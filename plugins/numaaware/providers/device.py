@@ -30,9 +30,10 @@ from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 import structlog
 
-from numasched.api.hint import ResourceHints, TopologyHint, interned_hints
+from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import DeviceGroup, NumaTopology
 from numasched.plugins.numaaware.providers.base import (
@@ -48,6 +49,7 @@ from numasched.plugins.numaaware.providers.device_sets import (
     choose_nics,
     nic_preference,
 )
+from numasched.plugins.numaaware.providers.mask_table import MaskTable
 from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
 
@@ -93,6 +95,8 @@ class DeviceGroupIndex:
     # unknown holdings; shared by every index of equal masks, so nodes of one shape at equal
     # counts compute them once whichever devices are free.
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
+    # The masks as arrays (the most devices one block has in a mask as the totals).
+    mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
 
     @classmethod
     def of(
@@ -111,7 +115,13 @@ class DeviceGroupIndex:
         )
         shape = (len(numa_ids), tuple((mask.bits, total) for mask, _, total in masks))
         hints_by_counts = {} if shared_hints is None else shared_hints.setdefault(shape, {})
-        return cls(any(device.numa is not None for device in group.devices), blocks, masks, hints_by_counts)
+        return cls(
+            any(device.numa is not None for device in group.devices),
+            blocks,
+            masks,
+            hints_by_counts,
+            mask_table=MaskTable(masks, numa_ids),
+        )
 
 
 def device_group_indexes(
@@ -199,25 +209,23 @@ def device_hint_table(
     if known is None:
         if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
             index.hints_by_counts.clear()
-        made = tuple(_hints_for_counts(index, free_per_block, request, needed))
-        known = index.hints_by_counts[counts] = interned_hints(index.hints_by_counts, made)
+        known = index.hints_by_counts[counts] = _hints_for_counts(index, free_per_block, request, needed)
     return known
 
 
 def _hints_for_counts(
     index: DeviceGroupIndex, free_per_block: Sequence[Mapping[int, int]], request: int, needed: int
-) -> list[TopologyHint]:
+) -> tuple[TopologyHint, ...]:
     """device_hints from the free devices per block and NUMA node: every mask where one block
-    has the devices needed, preferred when no narrower mask could hold the request."""
-    min_affinity_size = len(index.masks[-1][1]) if index.masks else 0
-    fitting: list[NumaMask] = []
-    for mask, numas, in_mask_total in index.masks:
-        width = len(numas)
-        if in_mask_total >= request and width < min_affinity_size:
-            min_affinity_size = width
-        if max(sum(per_numa.get(numa, 0) for numa in numas) for per_numa in free_per_block) >= needed:
-            fitting.append(mask)
-    return [TopologyHint(mask, mask.count() == min_affinity_size) for mask in fitting]
+    has the devices needed, preferred when no narrower mask could hold the request (MaskTable)."""
+    table = index.mask_table
+    widest = len(index.masks[-1][1]) if index.masks else 0
+    free = np.array(
+        [[per_numa.get(numa, 0) for numa in table.numa_ids] for per_numa in free_per_block], dtype=np.int64
+    ).reshape(len(free_per_block), len(table.numa_ids))
+    # Per block and mask, its free devices there; a mask fits when one block has enough.
+    fits = (free @ table.members.T).max(axis=0, initial=0) >= needed
+    return table.hints(fits, table.narrowest(request, widest), index.hints_by_counts)
 
 
 def _count_in(mask: NumaMask, numas: Iterable[int | None]) -> int:
