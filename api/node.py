@@ -183,6 +183,10 @@ class NodeInfo:
     # This node state's number (next_generation); changed by every method that changes the node.
     # Code that changes a field directly must call touch().
     generation: int = attrs.field(factory=next_generation)
+    # The number of what NUMA admission reads of the node (free_resources: the topology, the NUMA
+    # ledger, unknown holders, DRA); it stays when only tasks that hold no ids come or go, which
+    # changes the generation alone.
+    numa_generation: int = attrs.field(factory=next_generation)
     # Where touch() reports the node (a session's TouchLog appends it): readers of many nodes'
     # generations then read only the nodes reported since, not every node. Not copied by clone.
     touch_log: list[NodeInfo] | None = attrs.field(default=None, eq=False, repr=False)
@@ -217,9 +221,18 @@ class NodeInfo:
 
     def touch(self) -> None:
         """Mark the node changed: what was derived from its previous state is stale."""
+        self.numa_generation = next_generation()
+        self._touch_tasks()
+
+    def _touch_tasks(self) -> None:
+        """Mark the node changed in what it holds but not in its NUMA ledger (numa_generation)."""
         self.generation = next_generation()
         if self.touch_log is not None:
             self.touch_log.append(self)
+
+    def _holds_no_ids(self, task: TaskInfo) -> bool:
+        # Nothing free_resources reads: no allocation in the ledger, not an unknown holder.
+        return task.allocation is None and task.uid not in self.unknown_holders
 
     @classmethod
     def create(cls, name: str, allocatable: Resource, capacity: Resource | None = None) -> NodeInfo:
@@ -313,7 +326,10 @@ class NodeInfo:
         if task.allocation is not None:
             self.numa_usage.add(task.allocation)
         self.tasks[task.uid] = task
-        self.touch()
+        if self._holds_no_ids(task):
+            self._touch_tasks()
+        else:
+            self.touch()
 
     def remove_task(self, task: TaskInfo) -> None:
         stored = self.tasks.pop(task.uid, None)
@@ -329,7 +345,10 @@ class NodeInfo:
         self.used.sub(stored.resreq)
         if stored.allocation is not None:
             self.numa_usage.remove(stored.allocation)
-        self.touch()
+        if self._holds_no_ids(stored):
+            self._touch_tasks()
+        else:
+            self.touch()
 
     def update_task(self, task: TaskInfo) -> None:
         self.remove_task(task)
@@ -358,5 +377,6 @@ class NodeInfo:
             numa_usage=self.numa_usage.clone(),
             unknown_holders=dict(self.unknown_holders),
             generation=self.generation,
+            numa_generation=self.numa_generation,
             dra=self.dra,
         )

@@ -583,6 +583,7 @@ class Cache:
             if offered is not None and rebuilt.same_state(offered):
                 # Equal states, one name: the generation names the state (api/node.py).
                 rebuilt.generation = offered.generation
+                rebuilt.numa_generation = offered.numa_generation
             self._accounted[name] = rebuilt
         self._dirty.clear()
         self._offered.clear()

@@ -169,3 +169,27 @@ async def test_a_node_the_session_placed_on_keeps_the_sessions_generation_once_t
     cluster.add(pod_object("intruder", node=changed[0], scheduler="default-scheduler"))
     again = cache.snapshot()
     assert again.nodes[changed[0]].generation != cache.left[changed[0]]
+
+
+def test_a_task_holding_no_ids_changes_the_generation_but_not_the_numa_generation() -> None:
+    from numasched.api.allocation import ContainerAllocation, PodAllocation
+    from numasched.api.node import UnknownHolder
+
+    node = node_with()
+    generation, numa_generation = node.generation, node.numa_generation
+    plain = task("plain")
+    node.add_task(plain)
+    assert node.generation != generation and node.numa_generation == numa_generation
+    node.remove_task(plain)
+    assert node.numa_generation == numa_generation
+    pinned = task("pinned", allocation=PodAllocation((ContainerAllocation("main", IdSet([1])),)))
+    node.add_task(pinned)
+    assert node.numa_generation != numa_generation
+    numa_generation = node.numa_generation
+    # A task that is an unknown holder changes what is free when it comes or goes.
+    node.set_unknown_holder("holder", UnknownHolder("ns/holder", {"cpu": 2}))
+    assert node.numa_generation != numa_generation
+    numa_generation = node.numa_generation
+    node.add_task(task("holder"))
+    assert node.numa_generation != numa_generation
+    assert node.clone().numa_generation == node.numa_generation

@@ -426,6 +426,35 @@ def test_nodes_whose_cpus_lead_to_other_numa_nodes_get_the_device_sets_of_their_
     assert scores["n1"] > scores["n0"]
 
 
+def test_a_best_effort_pod_arriving_leaves_the_nodes_admission_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod holding no ids changes the node (its generation) but not what NUMA admission reads
+    (numa_generation): what is free there is not read again; a pinned pod arriving makes it."""
+    import numasched.plugins.numaaware.plugin as plugin_module
+    from numasched.plugins.numaaware.providers.base import free_resources
+
+    reads: list[str] = []
+    original = free_resources
+
+    def counted(node: NodeInfo) -> FreeResources:
+        reads.append(node.name)
+        return original(node)
+
+    monkeypatch.setattr(plugin_module, "free_resources", counted)
+    plugin = numa_plugin()
+    [node] = cluster(1)
+    task = pod([container_object("main", "8", 16, 0, 0, guaranteed=True)])
+    assert plugin.predicate(task, node).passed
+    assert len(reads) == 1
+    node.add_task(pod([container_object("main", "0", 0, 0, 0, guaranteed=False)], uid="best-effort"))
+    assert plugin.predicate(task, node).passed
+    assert len(reads) == 1
+    pinned = pod([container_object("main", "4", 8, 0, 0, guaranteed=True)], uid="pinned")
+    pinned.allocation = PodAllocation((ContainerAllocation("main", IdSet([0, 1, 2, 3])),))
+    node.add_task(pinned)
+    assert plugin.predicate(task, node).passed
+    assert len(reads) == 2
+
+
 def test_on_allocate_recomputes_when_the_node_changed_since_the_predicate() -> None:
     plugin = numa_plugin()
     nodes = cluster(1)

@@ -603,11 +603,11 @@ class NumaAwarePlugin:
         (numa_usage) and on the pod's shape: pods of one shape (the replicas of a job) reuse it
         while the node is as it was, and nodes alike share it."""
         state = self._admissions.get(node.name)
-        if state is not None and state.generation == node.generation and state.topology is topology:
+        if state is not None and state.generation == node.numa_generation and state.topology is topology:
             return state
         free = free_resources(node)
         class_id = self.tables.class_id(self.fingerprints.get(topology), free_key(free))
-        state = _NodeState(node.generation, topology, free, class_id)
+        state = _NodeState(node.numa_generation, topology, free, class_id)
         self._admissions[node.name] = state
         return state
 
@@ -1059,7 +1059,7 @@ def fingerprint_memo() -> TopologyMemo[TopologyFingerprint]:
 
 @attrs.define(slots=True)
 class _NodeState:
-    """A node as admission reads it, at one generation."""
+    """A node as admission reads it, at one NUMA generation (NodeInfo.numa_generation)."""
 
     generation: int
     topology: NumaTopology
