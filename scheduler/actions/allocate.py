@@ -200,16 +200,19 @@ def feasible_nodes(
     # Failures of this scan the memo does not keep (they name the pod, or a plugin raised).
     unshared: dict[int, tuple[Status, ...]] = {}
     fault_at: int | None = None
-    for step, position in enumerate(stale.tolist()):
-        if int(known_passes_before[step]) + asked_passes >= wanted:
+    # The answers to keep, written to the memo's arrays at once after the loop.
+    kept_at: list[int] = []
+    kept_generation: list[int] = []
+    kept_failures: list[tuple[Status, ...] | None] = []
+    for position, before in zip(stale.tolist(), known_passes_before.tolist(), strict=True):
+        if before + asked_passes >= wanted:
             break
         node = nodes[position]
         failed = _failures_on(ssn, task, node, check_resources, insufficient)
         if _shareable(ssn, task, failed):
-            slot = slots[position]
-            answers.predicate_generation[slot] = node.generation
-            answers.passed[slot] = failed is None
-            answers.failures[slot] = failed
+            kept_at.append(position)
+            kept_generation.append(node.generation)
+            kept_failures.append(failed)
         elif failed is not None:
             unshared[position] = failed
         if failed is None:
@@ -220,6 +223,8 @@ def feasible_nodes(
             # A plugin raised for this task: it fails this cycle, no need to try the others.
             fault_at = position
             break
+    if kept_at:
+        _keep_answers(answers, slots[kept_at], kept_generation, kept_failures)
     if fault_at is not None:
         visited = (fault_at - start) % total + 1
     else:
@@ -246,6 +251,20 @@ def feasible_nodes(
     if memo_key is not None and not candidates and visited == total and not unshared:
         ssn.failed_scans[memo_key] = _FailedScan(index, generations, failures)
     return candidates
+
+
+def _keep_answers(
+    answers: ClassAnswers, slots: Ints, generations: list[int], failures: list[tuple[Status, ...] | None]
+) -> None:
+    """Record answers in the class's arrays: the node generation each holds for, whether the node
+    passed, and why not."""
+    answers.predicate_generation[slots] = generations
+    answers.passed[slots] = [failed is None for failed in failures]
+    # One by one: a list of tuples given to numpy at once could be read as a 2-D array.
+    reasons = np.empty(len(failures), dtype=object)
+    for place, failed in enumerate(failures):
+        reasons[place] = failed
+    answers.failures[slots] = reasons
 
 
 def _passes_before(passes: Bools, stale: Ints, start: int) -> Ints:
