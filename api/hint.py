@@ -26,4 +26,3 @@ class TopologyHint:
 # A tuple is a provider's own remembered answer, never changed: admission may remember what it
 # merged from it by identity (numa-aware's merge memo); a list is taken as made for this call.
 ResourceHints = dict[str, Sequence[TopologyHint] | None]
-
