@@ -728,7 +728,10 @@ def pause_collection() -> float:
 
 
 def resume_collection(switch_interval_s: float) -> None:
-    sys.setswitchinterval(switch_interval_s)
+    # Only while the interval is still the session's: of two sessions overlapping (two loops in
+    # one process), the first to end then does not leave the other's value behind for good.
+    if sys.getswitchinterval() == min(switch_interval_s, SESSION_SWITCH_INTERVAL_S):
+        sys.setswitchinterval(switch_interval_s)
     gc.enable()
 
 

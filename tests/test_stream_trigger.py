@@ -4,6 +4,7 @@ of ours pull the trigger; the long-lived objects sit out the collector while the
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,7 +19,15 @@ from numasched.cache.binder import BindOutcome, BindRequest, BindStatus
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.builtin import default_registry
-from numasched.scheduler.loop import CycleResult, CycleTrigger, run_loop, schedule_cycle
+from numasched.scheduler.loop import (
+    SESSION_SWITCH_INTERVAL_S,
+    CycleResult,
+    CycleTrigger,
+    pause_collection,
+    resume_collection,
+    run_loop,
+    schedule_cycle,
+)
 from numasched.scheduler.runner import ArrivalWatch
 
 
@@ -150,9 +159,13 @@ class FreezeProbe:
 
     def __init__(self) -> None:
         self.seen: list[int] = []
+        self.collecting: list[bool] = []
+        self.switch_interval: list[float] = []
 
     def execute(self, ssn: Any) -> None:
         self.seen.append(gc.get_freeze_count())
+        self.collecting.append(gc.isenabled())
+        self.switch_interval.append(sys.getswitchinterval())
 
 
 @pytest.mark.anyio
@@ -166,5 +179,27 @@ async def test_the_long_lived_objects_sit_out_the_collector_during_the_session_o
     # Frozen while deciding (the cache, the snapshot, everything alive then), thawed after.
     assert probe.seen[0] > 1000
     assert gc.get_freeze_count() == 0
+    # No automatic collection and a short switch interval while deciding, both back after.
+    assert probe.collecting[0] is False and probe.switch_interval[0] <= SESSION_SWITCH_INTERVAL_S
+    assert gc.isenabled() and sys.getswitchinterval() > SESSION_SWITCH_INTERVAL_S
     await schedule_cycle(EmptyCache(), config, registry, NoBinder(), NoReporter(), freeze=False)
     assert probe.seen[1] == 0
+    assert probe.collecting[1] is True
+
+
+def test_a_session_runs_without_collection_and_with_a_short_switch_interval_and_both_come_back() -> None:
+    before = sys.getswitchinterval()
+    assert gc.isenabled()
+    first = pause_collection()
+    assert not gc.isenabled() and sys.getswitchinterval() <= SESSION_SWITCH_INTERVAL_S
+    # A second session overlapping the first (two loops in one process), ending first or last.
+    second = pause_collection()
+    resume_collection(first)
+    resume_collection(second)
+    assert gc.isenabled() and sys.getswitchinterval() == before
+    first = pause_collection()
+    second = pause_collection()
+    resume_collection(second)
+    assert sys.getswitchinterval() <= SESSION_SWITCH_INTERVAL_S
+    resume_collection(first)
+    assert gc.isenabled() and sys.getswitchinterval() == before
