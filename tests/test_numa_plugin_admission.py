@@ -462,8 +462,10 @@ def test_on_allocate_recomputes_when_the_node_changed_since_the_predicate() -> N
     assert plugin.predicate(task, nodes[0]).passed
     first_choice = plugin.place(task, nodes[0])
     assert isinstance(first_choice, Placement) and first_choice.allocation is not None
-    # Something outside the plugin took those CPUs after the predicate.
+    # Something outside the plugin took those CPUs after the predicate (a field changed directly
+    # is announced with touch(), as NodeInfo asks).
     nodes[0].numa_usage.cpus = first_choice.allocation.cpus()
+    nodes[0].touch()
     nodes[0].add_task(task)
     plugin.on_allocate(Event(task, nodes[0]))
     assert task.allocation is not None

@@ -545,7 +545,14 @@ class NumaAwarePlugin:
         if apart is not None:
             return apart
         pod.decided[node.name] = _Decision(
-            outcome, state.free, topology, policy, (state.class_id, shape), node.generation, outcome.numa.count()
+            outcome,
+            state.free,
+            topology,
+            policy,
+            (state.class_id, shape),
+            node.generation,
+            outcome.numa.count(),
+            state.generation,
         )
         return outcome
 
@@ -916,9 +923,10 @@ class NumaAwarePlugin:
         if decision is None or decision.topology is not topology or self._policy(task, node) != decision.policy:
             return self.place(task, node)
         free = decision.free
-        # At the decision's generation the node is as the decision saw it; after that (on_allocate
-        # runs once the node holds the task) its free resources tell.
-        if decision.generation != node.generation:
+        # At the decision's NUMA generation what is free is as the decision saw it (on_allocate
+        # runs once the node holds the task, which holds no ids yet); after that, the free
+        # resources tell.
+        if decision.numa_generation != node.numa_generation:
             free = free_resources(node)
             if free != decision.free:
                 return self.place(task, node)
@@ -1092,6 +1100,8 @@ class _Decision:
     generation: int
     # How many NUMA nodes the outcome spans.
     numa_count: int
+    # The node's numa_generation when it was decided (free holds while it does).
+    numa_generation: int
 
 
 # Link quality not computed yet.
