@@ -66,28 +66,35 @@ class StatusReporter(Protocol):
 def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -> str:
     """volcano.sh/topology-decision: per NUMA node, the CPUs (list format) and device ids there."""
     per_numa: dict[int, dict[str, list[str]]] = {}
+    cpus_per_numa: dict[int, IdSet] = {}
     for container in allocation.containers:
         # The NUMA nodes chosen are part of the decision even where no id was pinned there.
         for numa_id in container.numa.ids() if container.numa is not None else ():
             per_numa.setdefault(numa_id, {})
-        for cpu in container.cpuset:
-            info = topology.cpu_info.get(cpu) if topology is not None else None
-            numa = info.numa if info is not None else -1
-            per_numa.setdefault(numa, {}).setdefault("cpu", []).append(str(cpu))
+        left = container.cpuset
+        for numa, cpus in topology.cpus_by_numa.items() if topology is not None and left else ():
+            here = left & cpus
+            if here:
+                cpus_per_numa[numa] = cpus_per_numa.get(numa, IdSet()) | here
+                left = left - here
+        if left:
+            # CPUs the topology does not list.
+            cpus_per_numa[-1] = cpus_per_numa.get(-1, IdSet()) | left
         for resource, ids in container.devices.items():
             group = topology.devices.get(resource) if topology is not None else None
             for device_id in ids:
                 device = group.by_id.get(device_id) if group is not None else None
                 numa = device.numa if device is not None and device.numa is not None else -1
                 per_numa.setdefault(numa, {}).setdefault(resource, []).append(device_id)
+    for numa in cpus_per_numa:
+        per_numa.setdefault(numa, {})
     decision: dict[str, dict[str, str]] = {}
     for numa, resources in sorted(per_numa.items()):
         entry: dict[str, str] = {}
-        for resource, members in sorted(resources.items()):
-            if resource == "cpu":
-                entry[resource] = IdSet(int(cpu) for cpu in members).format()
-            else:
-                entry[resource] = ",".join(members)
+        if numa in cpus_per_numa:
+            entry["cpu"] = cpus_per_numa[numa].format()
+        for resource, members in resources.items():
+            entry[resource] = ",".join(members)
         decision[str(numa) if numa >= 0 else "unknown"] = entry
     return json.dumps({"numa": decision}, sort_keys=True, separators=(",", ":"))
 
