@@ -9,8 +9,7 @@ import attrs
 from numasched.api.numamask import NumaMask
 
 
-# The hash is kept: hints are keys of the merge memo (numa-aware admission), hashed many times.
-@attrs.frozen(slots=True, cache_hash=True)
+@attrs.frozen(slots=True)
 class TopologyHint:
     """affinity None means "any NUMA node will do" (no preference)."""
 
