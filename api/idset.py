@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from bitarray import frozenbitarray
-from bitarray.util import zeros
+from bitarray.util import count_and, zeros
 
 from numasched.api.quantity import quoted
 
@@ -98,6 +98,15 @@ class IdSet:
         left = self._bits if len(self._bits) == size else self._bits + zeros(size - len(self._bits))
         right = other._bits if len(other._bits) == size else other._bits + zeros(size - len(other._bits))
         return frozenbitarray(left), frozenbitarray(right)
+
+    def count_common(self, other: IdSet) -> int:
+        """len(self & other), without building the intersection."""
+        size = min(len(self._bits), len(other._bits))
+        if size == 0:
+            return 0
+        left = self._bits if len(self._bits) == size else self._bits[:size]
+        right = other._bits if len(other._bits) == size else other._bits[:size]
+        return count_and(left, right)
 
     def union(self, other: IdSet) -> IdSet:
         left, right = self._aligned(other)

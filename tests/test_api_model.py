@@ -64,6 +64,12 @@ def test_resource_from_list_and_fit() -> None:
         Resource.from_list({"cpu": "two"})
 
 
+@given(st.sets(st.integers(0, 300)), st.sets(st.integers(0, 300)))
+def test_idset_count_common_is_the_size_of_the_intersection(first: set[int], second: set[int]) -> None:
+    assert IdSet(first).count_common(IdSet(second)) == len(first & second)
+    assert IdSet(second).count_common(IdSet(first)) == len(first & second)
+
+
 def test_idset_list_format_round_trip() -> None:
     cpus = IdSet.parse("0-3,8,10-11")
     assert cpus.sorted() == [0, 1, 2, 3, 8, 10, 11]

@@ -304,7 +304,7 @@ def cpu_hint_table(
             return ()
         available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
 
-    free_per_numa = {numa: len(cpus & available) for numa, cpus in index.cpus_by_numa.items()}
+    free_per_numa = {numa: cpus.count_common(available) for numa, cpus in index.cpus_by_numa.items()}
     reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
     reused = len(reusable)
     counts = (tuple(free_per_numa.values()), request_cpus, reusable_bits, reused, unknown)
