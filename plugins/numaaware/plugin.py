@@ -780,14 +780,13 @@ class NumaAwarePlugin:
         near = np.flatnonzero(scored & (scores >= best - reach))
         qualities: list[tuple[int, ...]] = []
         linked_at: list[int] = []
+        # Every near-best candidate admits the task, so its part is a _ScorePart.
         for position, part in zip(near.tolist(), parts[near].tolist(), strict=True):
-            assert isinstance(part, _ScorePart)
             quality = part.quality
             if quality is _UNKNOWN_QUALITY:
                 # Kept in the part, which the engine keeps per pod class and node generation.
                 quality = part.quality = self._link_quality(task, candidates[position], part, linked)
             if quality is not None:
-                assert isinstance(quality, tuple)
                 qualities.append(quality)
                 linked_at.append(position)
         bonuses = link_bonuses(qualities, self.weight)
