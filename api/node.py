@@ -187,8 +187,9 @@ class NodeInfo:
     # ledger, unknown holders, DRA); it stays when only tasks that hold no ids come or go, which
     # changes the generation alone.
     numa_generation: int = attrs.field(factory=next_generation)
-    # Where touch() reports the node (a session's TouchLog appends it): readers of many nodes'
-    # generations then read only the nodes reported since, not every node. Not copied by clone.
+    # Where touch() reports the node (the session's touch log, a list it reads): readers of many
+    # nodes' generations then read only the nodes reported since, not every node. Not copied by
+    # clone.
     touch_log: list[NodeInfo] | None = attrs.field(default=None, eq=False, repr=False)
     # The DRA devices the node's ResourceSlices offer and those allocated to claims (None: none).
     dra: NodeDra | None = None
@@ -230,9 +231,13 @@ class NodeInfo:
         if self.touch_log is not None:
             self.touch_log.append(self)
 
-    def _holds_no_ids(self, task: TaskInfo) -> bool:
-        # Nothing free_resources reads: no allocation in the ledger, not an unknown holder.
-        return task.allocation is None and task.uid not in self.unknown_holders
+    def _touched_by(self, task: TaskInfo) -> None:
+        """A task came or went: the NUMA ledger's number changes too unless the task holds no ids
+        (no allocation in the ledger, not an unknown holder), which free_resources cannot see."""
+        if task.allocation is None and task.uid not in self.unknown_holders:
+            self._touch_tasks()
+        else:
+            self.touch()
 
     @classmethod
     def create(cls, name: str, allocatable: Resource, capacity: Resource | None = None) -> NodeInfo:
@@ -326,10 +331,7 @@ class NodeInfo:
         if task.allocation is not None:
             self.numa_usage.add(task.allocation)
         self.tasks[task.uid] = task
-        if self._holds_no_ids(task):
-            self._touch_tasks()
-        else:
-            self.touch()
+        self._touched_by(task)
 
     def remove_task(self, task: TaskInfo) -> None:
         stored = self.tasks.pop(task.uid, None)
@@ -345,10 +347,7 @@ class NodeInfo:
         self.used.sub(stored.resreq)
         if stored.allocation is not None:
             self.numa_usage.remove(stored.allocation)
-        if self._holds_no_ids(stored):
-            self._touch_tasks()
-        else:
-            self.touch()
+        self._touched_by(stored)
 
     def update_task(self, task: TaskInfo) -> None:
         self.remove_task(task)

@@ -695,7 +695,8 @@ class NumaAwarePlugin:
         return Status.unschedulable(describe_conflict(outcome.numa, broken, exclusive), PLUGIN_NAME)
 
     def _preferred_penalty_array(self, task: TaskInfo, candidates: Candidates, parts: Objects, scores: Floats) -> None:
-        """_preferred_penalties on the arrays of combine_numa_counts."""
+        """singleNUMANodeExclusive Preferred: a candidate whose placement breaks the rule loses the
+        NUMA score's whole range, so it ranks below every candidate that keeps it."""
         if self._spec(task).exclusive is not Exclusivity.PREFERRED:
             return
         for position, node in enumerate(candidates):
@@ -818,11 +819,13 @@ class NumaAwarePlugin:
         memo_key = (*decision.equivalence, resources)
         if memo_key in self._qualities and decision.generation == node.generation:
             return self._qualities[memo_key]
-        device_key = self._device_state(decision, resources)
+        # Both memos hold for the node as the decision saw it; a node changed since is placed anew.
+        current = decision.generation == node.generation
+        device_key = self._device_state(decision, resources) if current else None
         if device_key is not None and device_key in self.tables.device_qualities:
             return self.tables.device_qualities[device_key]
         quality = self._computed_quality(task, node, topology, decision, resources)
-        if decision.generation == node.generation:
+        if current:
             self._qualities[memo_key] = quality
             if device_key is not None:
                 self.tables.device_qualities[device_key] = quality
