@@ -56,6 +56,9 @@ class PodAllocation:
     containers: tuple[ContainerAllocation, ...] = ()
 
     def cpus(self) -> IdSet:
+        if len(self.containers) == 1:
+            # Most pods: the one container's set is the answer (sets are immutable).
+            return self.containers[0].cpuset
         result = IdSet()
         for container in self.containers:
             result = result | container.cpuset

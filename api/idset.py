@@ -47,7 +47,8 @@ class IdSet:
         result = cls.__new__(cls)
         # Trailing zeros would make equal sets compare unequal; strip them.
         last = bits.find(1, right=True) if bits.any() else -1
-        result._bits = bits if last + 1 == len(bits) else frozenbitarray(bits[: last + 1])
+        trimmed = bits if last + 1 == len(bits) else bits[: last + 1]
+        result._bits = trimmed if isinstance(trimmed, frozenbitarray) else frozenbitarray(trimmed)
         result._hash = None
         return result
 
@@ -93,11 +94,13 @@ class IdSet:
             parts.append(str(start) if start == previous else f"{start}-{previous}")
         return ",".join(parts)
 
-    def _aligned(self, other: IdSet) -> tuple[frozenbitarray, frozenbitarray]:
-        size = max(len(self._bits), len(other._bits))
-        left = self._bits if len(self._bits) == size else self._bits + zeros(size - len(self._bits))
-        right = other._bits if len(other._bits) == size else other._bits + zeros(size - len(other._bits))
-        return frozenbitarray(left), frozenbitarray(right)
+    @classmethod
+    def _exact(cls, bits: frozenbitarray) -> IdSet:
+        """A set of bits known to end in a one (or to be empty): nothing to strip."""
+        result = cls.__new__(cls)
+        result._bits = bits
+        result._hash = None
+        return result
 
     def count_common(self, other: IdSet) -> int:
         """len(self & other), without building the intersection."""
@@ -108,17 +111,39 @@ class IdSet:
         right = other._bits if len(other._bits) == size else other._bits[:size]
         return count_and(left, right)
 
+    # The operations below read the invariant kept by every constructor: the bits end at the
+    # largest id, so the empty set has no bits and the longer operand holds the larger id. Each
+    # returns an operand itself where the answer is that operand (sets are immutable).
+
     def union(self, other: IdSet) -> IdSet:
-        left, right = self._aligned(other)
-        return IdSet._from_bits(frozenbitarray(left | right))
+        if len(self._bits) < len(other._bits):
+            return other.union(self)
+        longer, shorter = self._bits, other._bits
+        if not shorter:
+            return self
+        if len(shorter) < len(longer):
+            shorter = shorter + zeros(len(longer) - len(shorter))
+        # The longer operand ends in a one, so the union does too.
+        return IdSet._exact(longer | shorter)
 
     def intersection(self, other: IdSet) -> IdSet:
-        left, right = self._aligned(other)
-        return IdSet._from_bits(frozenbitarray(left & right))
+        size = min(len(self._bits), len(other._bits))
+        if size == 0:
+            return _EMPTY
+        left = self._bits if len(self._bits) == size else self._bits[:size]
+        right = other._bits if len(other._bits) == size else other._bits[:size]
+        return IdSet._from_bits(left & right)
 
     def difference(self, other: IdSet) -> IdSet:
-        left, right = self._aligned(other)
-        return IdSet._from_bits(frozenbitarray(left & ~right))
+        bits, removed = self._bits, other._bits
+        if not bits or not removed:
+            return self
+        size = len(bits)
+        if len(removed) > size:
+            removed = removed[:size]
+        elif len(removed) < size:
+            removed = removed + zeros(size - len(removed))
+        return IdSet._from_bits(bits & ~removed)
 
     def is_subset(self, other: IdSet) -> bool:
         return len(self.difference(other)) == 0
@@ -157,3 +182,6 @@ class IdSet:
 
     def sorted(self) -> list[int]:
         return list(self)
+
+
+_EMPTY = IdSet()

@@ -97,6 +97,19 @@ def test_idset_behaves_like_a_set(first: set[int], second: set[int]) -> None:
     assert len(a) == len(first)
     assert IdSet.parse(a.format()) == a
     assert (a == b) == (first == second)
+    # Results equal (and hash like) the set built from scratch: no trailing bits survive an
+    # operation, whichever operand is longer or empty, and chained results stay exact.
+    for result, expected in (
+        (a | b, first | second),
+        (b | a, first | second),
+        (a & b, first & second),
+        (a - b, first - second),
+        (b - a, second - first),
+        ((a | b) - b, first - second),
+        ((a - b) | (a & b), first),
+    ):
+        assert result == IdSet(expected) and hash(result) == hash(IdSet(expected))
+        assert result.format() == IdSet(expected).format()
 
 
 def test_numa_mask_narrower_follows_the_kubelet() -> None:
