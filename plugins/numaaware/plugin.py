@@ -41,7 +41,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -779,22 +779,20 @@ class NumaAwarePlugin:
         best = float(scores[scored].max())
         reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
         near = np.flatnonzero(scored & (scores >= best - reach))
-        qualities: list[tuple[int, ...]] = []
-        linked_at: list[int] = []
         # Every near-best candidate admits the task, so its part is a _ScorePart.
-        for position, part in zip(near.tolist(), parts[near].tolist(), strict=True):
-            quality = part.quality
-            if quality is _UNKNOWN_QUALITY:
+        near_parts: list[_ScorePart] = parts[near].tolist()
+        for offset, part in enumerate(near_parts):
+            if part.quality is _UNKNOWN_QUALITY:
                 # Kept in the part, which the engine keeps per pod class and node generation.
-                quality = part.quality = self._link_quality(task, candidates[position], part, linked)
-            if quality is not None:
-                qualities.append(quality)
-                linked_at.append(position)
-        bonuses = link_bonuses(qualities, self.weight)
+                part.quality = self._link_quality(task, candidates[int(near[offset])], part, linked)
+        # After the loop every part's quality is known: a tuple, or None (no links reported).
+        qualities = [cast("tuple[int, ...] | None", part.quality) for part in near_parts]
+        bonuses: dict[tuple[int, ...] | None, float] = dict(
+            link_bonuses((quality for quality in qualities if quality is not None), self.weight)
+        )
         if bonuses:
-            scores[np.array(linked_at, dtype=np.int64)] += np.fromiter(
-                (bonuses[quality] for quality in qualities), dtype=np.float64, count=len(qualities)
-            )
+            bonuses[None] = 0.0
+            scores[near] += np.fromiter(map(bonuses.__getitem__, qualities), dtype=np.float64, count=len(qualities))
         return scores
 
     def _link_quality(
