@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
@@ -166,6 +168,21 @@ def test_scores_follow_volcano_normalisation() -> None:
     assert normalized_scores(np.array([0.0, 0.0]), 1).tolist() == [100.0, 100.0]
     # A node without an admission (-1) scores 0 and does not set the highest count.
     assert normalized_scores(np.array([1.0, -1.0, 3.0]), 1).tolist() == [67.0, 0.0, 0.0]
+    assert normalized_scores(np.array([-1.0, -1.0]), 3).tolist() == [0.0, 0.0]
+    assert normalized_scores(np.array([], dtype=np.float64), 1).tolist() == []
+
+
+@given(st.lists(st.integers(-1, 8), max_size=40), st.integers(1, 10))
+def test_scores_follow_volcano_normalisation_for_any_counts(counts: list[int], weight: int) -> None:
+    # Volcano's reverse NormalizeScore, element by element: 100 - 100 * count / highest in integer
+    # arithmetic over the nodes with an admission, times the weight.
+    highest = max([count for count in counts if count >= 0], default=0)
+    expected = [
+        0.0 if count < 0 else float((100 - (100 * count // highest if highest else 0)) * weight) for count in counts
+    ]
+    scores = normalized_scores(np.array(counts, dtype=np.float64), weight)
+    assert scores.tolist() == expected
+    scores += 1.0  # the caller adds to the scores in place
 
 
 def test_batch_node_order_prefers_single_numa_placement() -> None:

@@ -39,6 +39,7 @@ chosen node when the node is still as the predicate saw it, and places afresh ot
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -215,13 +216,21 @@ def normalized_scores(counts: Floats, weight: int) -> Floats:
     """Volcano's reverse NormalizeScore over the candidates: fewer NUMA nodes scores higher, 0-100
     (integer arithmetic, as Volcano's), times weight; a count below 0 (no admission) scores 0 and
     does not take part."""
-    scored = counts >= 0
-    numa_counts = counts.astype(np.int64)
-    highest = int(numa_counts[scored].max(initial=0))
-    if highest == 0:
-        return np.where(scored, float(MAX_NODE_SCORE * weight), 0.0)
-    ranked = (MAX_NODE_SCORE - MAX_NODE_SCORE * numa_counts // highest) * weight
-    return np.where(scored, ranked.astype(np.float64), 0.0)
+    highest = max(0, int(counts.max(initial=-1)))
+    # Counts are small whole numbers (-1 .. NUMA nodes): the score of each is looked up.
+    return _score_table(highest, weight)[counts.astype(np.intp) + 1]
+
+
+@functools.lru_cache(maxsize=256)
+def _score_table(highest: int, weight: int) -> Floats:
+    """normalized_scores' score of NUMA count c at index c + 1 (index 0: no admission, 0)."""
+    scores = [0.0] + [
+        float((MAX_NODE_SCORE - (MAX_NODE_SCORE * count // highest if highest else 0)) * weight)
+        for count in range(highest + 1)
+    ]
+    table = np.array(scores, dtype=np.float64)
+    table.flags.writeable = False
+    return table
 
 
 def task_shape(task: TaskInfo) -> Hashable:
