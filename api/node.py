@@ -158,6 +158,18 @@ class UnknownHolder:
     holdings: Mapping[str, int]
 
 
+@attrs.frozen(slots=True)
+class NumaStep:
+    """A node's last NUMA ledger change, when it was one allocation added and nothing else: the
+    state numbered `after` (numa_generation) is the state numbered `before` with `added` held.
+    A reader that kept what it derived from `before` (free resources) can derive `after` from it
+    and `added` instead of reading every task of the node again."""
+
+    before: int
+    after: int
+    added: PodAllocation
+
+
 @attrs.define(slots=True)
 class NodeInfo:
     name: str
@@ -193,6 +205,9 @@ class NodeInfo:
     touch_log: list[NodeInfo] | None = attrs.field(default=None, eq=False, repr=False)
     # The DRA devices the node's ResourceSlices offer and those allocated to claims (None: none).
     dra: NodeDra | None = None
+    # How numa_generation was reached, when by one allocation added (replace_allocation); None
+    # after any other change. Not copied by clone.
+    numa_step: NumaStep | None = attrs.field(default=None, eq=False, repr=False)
 
     def same_state(self, other: NodeInfo) -> bool:
         """Whether the two nodes are in one state: every field equal but the generation (the
@@ -223,6 +238,7 @@ class NodeInfo:
     def touch(self) -> None:
         """Mark the node changed: what was derived from its previous state is stale."""
         self.numa_generation = next_generation()
+        self.numa_step = None
         self._touch_tasks()
 
     def _touch_tasks(self) -> None:
@@ -294,14 +310,18 @@ class NodeInfo:
             self.touch()
 
     def replace_allocation(self, held: PodAllocation | None, decided: PodAllocation | None) -> None:
-        """A task on the node now holds `decided` instead of `held` in the NUMA ledger."""
+        """A task on the node now holds `decided` (its allocation) instead of `held` in the NUMA
+        ledger."""
         if held is decided:
             return
+        before = self.numa_generation
         if held is not None:
             self.numa_usage.remove(held)
         if decided is not None:
             self.numa_usage.add(decided)
         self.touch()
+        if held is None and decided is not None:
+            self.numa_step = NumaStep(before, self.numa_generation, decided)
 
     def unknown_holdings(self) -> dict[str, tuple[int, tuple[str, ...]]]:
         """Per resource: how many ids are held by pods whose ids are unknown, and those pods."""

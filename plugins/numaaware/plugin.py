@@ -91,7 +91,7 @@ from numasched.plugins.numaaware.pod_policy import (
     read_pod_spec,
 )
 from numasched.plugins.numaaware.policy import PolicyError, check_numa_node_limit, parse_policy
-from numasched.plugins.numaaware.providers.base import FreeResources, HintProvider, free_resources
+from numasched.plugins.numaaware.providers.base import FreeResources, HintProvider, free_after, free_resources
 from numasched.plugins.numaaware.providers.cpu import cpu_provider_factory, guaranteed_cpus
 from numasched.plugins.numaaware.providers.cpu_burst import burst_allocation
 from numasched.plugins.numaaware.providers.device import (
@@ -619,9 +619,16 @@ class NumaAwarePlugin:
         (numa_usage) and on the pod's shape: pods of one shape (the replicas of a job) reuse it
         while the node is as it was, and nodes alike share it."""
         state = self._admissions.get(node.name)
-        if state is not None and state.generation == node.numa_generation and state.topology is topology:
-            return state
-        free = free_resources(node)
+        free: FreeResources | None = None
+        if state is not None and state.topology is topology:
+            if state.generation == node.numa_generation:
+                return state
+            step = node.numa_step
+            if step is not None and step.before == state.generation and step.after == node.numa_generation:
+                # One allocation joined the ledger since (a pod placed here): derived, not re-read.
+                free = free_after(state.free, step.added)
+        if free is None:
+            free = free_resources(node)
         class_id = self.tables.class_id(self.fingerprints.get(topology), free_key(free))
         state = _NodeState(node.numa_generation, topology, free, class_id)
         self._admissions[node.name] = state
@@ -796,11 +803,10 @@ class NumaAwarePlugin:
                 part.quality = self._link_quality(task, candidates[int(near[offset])], part, linked)
         # After the loop every part's quality is known: a tuple, or None (no links reported).
         qualities = [cast("tuple[int, ...] | None", part.quality) for part in near_parts]
-        bonuses: dict[tuple[int, ...] | None, float] = dict(
-            link_bonuses((quality for quality in qualities if quality is not None), self.weight)
-        )
-        if bonuses:
-            bonuses[None] = 0.0
+        ranked = link_bonuses((quality for quality in qualities if quality is not None), self.weight)
+        if ranked:
+            bonuses: dict[tuple[int, ...] | None, float] = {None: 0.0}
+            bonuses.update(ranked.items())
             scores[near] += np.fromiter(map(bonuses.__getitem__, qualities), dtype=np.float64, count=len(qualities))
         return scores
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from numasched.api.allocation import PodAllocation
 from numasched.api.dra import ClaimInfo
 from numasched.api.dra_claims import NodeDra, in_use_with_ledger
 from numasched.api.hint import ResourceHints, TopologyHint
@@ -140,6 +141,49 @@ class HintProvider(Protocol):
 # a provider.
 HintProviderFactory = Callable[[Mapping[str, Any]], HintProvider]
 HINT_PROVIDER_GROUP = "numasched.hint_providers"
+
+
+def free_after(free: FreeResources, added: PodAllocation) -> FreeResources | None:
+    """free_resources of a node once `added` joins its NUMA ledger (NodeInfo.numa_step), from
+    its free_resources before, without reading the node's tasks again; None where these two cannot
+    tell it (DRA devices, whose use the ledger changes; a negative memory amount)."""
+    if free.dra is not None:
+        return None
+    memory: dict[str, dict[int, int]] | None = None
+    devices: dict[str, tuple[str, ...]] | None = None
+    groups = free.memory_groups
+    for container in added.containers:
+        if container.memory:
+            if any(size < 0 for per_numa in container.memory.values() for size in per_numa.values()):
+                return None
+            if memory is None:
+                memory = {resource: dict(per_numa) for resource, per_numa in free.memory.items()}
+            for resource, per_numa in container.memory.items():
+                left = memory.get(resource)
+                if left is None:
+                    continue  # not a resource of the topology: free_resources does not read it
+                for numa, size in per_numa.items():
+                    if numa in left:
+                        left[numa] = max(0, left[numa] - size)
+            held_on = NumaMask.from_ids(
+                numa for per_numa in container.memory.values() for numa, size in per_numa.items() if size
+            )
+            if not held_on.is_empty():
+                groups = groups | {held_on}
+        for resource, ids in container.devices.items():
+            if not ids or resource not in free.devices:
+                continue
+            if devices is None:
+                devices = dict(free.devices)
+            taken = frozenset(ids)
+            devices[resource] = tuple(device for device in devices[resource] if device not in taken)
+    return attrs.evolve(
+        free,
+        cpus=free.cpus - added.cpus(),
+        devices=free.devices if devices is None else devices,
+        memory=free.memory if memory is None else memory,
+        memory_groups=groups,
+    )
 
 
 def free_resources(node: NodeInfo) -> FreeResources:
