@@ -36,6 +36,7 @@ so it gets the full placement.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Hashable, Mapping, Sequence
 
 import attrs
@@ -524,8 +525,17 @@ def _same_demand(first: HintRequest, second: HintRequest, topology: NumaTopology
     )
 
 
+class Unasked(enum.Enum):
+    """admit_pod's `unit` not given: it is computed."""
+
+    UNASKED = enum.auto()
+
+
+UNASKED = Unasked.UNASKED
+
+
 @attrs.frozen(slots=True)
-class _Unit:
+class DecisionUnit:
     """What decides the pod on a node: nothing (no container is pinned), or one request."""
 
     request: HintRequest | None
@@ -533,7 +543,7 @@ class _Unit:
 
 def decision_unit(
     task: TaskInfo, topology: NumaTopology, providers: Sequence[HintProvider], scope: TopologyScope
-) -> _Unit | None:
+) -> DecisionUnit | None:
     """The single request whose merged hint decides the pod, when admission may be decided without
     allocating; None when the full placement is needed."""
     if not all(type(provider) in _BUILT_IN_PROVIDERS for provider in providers):
@@ -545,13 +555,13 @@ def decision_unit(
     if scope is TopologyScope.POD:
         whole = pod_request(task)
         if not active:
-            return _Unit(None) if _pins_nothing(whole, topology, providers) else None
+            return DecisionUnit(None) if _pins_nothing(whole, topology, providers) else None
         if not _same_demand(whole, active[0], topology):
             return None
-        return _Unit(whole) if _allocation_follows_hint(whole, topology, providers) else None
+        return DecisionUnit(whole) if _allocation_follows_hint(whole, topology, providers) else None
     if not active:
-        return _Unit(None)
-    return _Unit(active[0]) if _allocation_follows_hint(active[0], topology, providers) else None
+        return DecisionUnit(None)
+    return DecisionUnit(active[0]) if _allocation_follows_hint(active[0], topology, providers) else None
 
 
 def _states_hints(providers_hints: Sequence[ResourceHints | None]) -> bool:
@@ -567,12 +577,17 @@ def admit_pod(
     *,
     scope: TopologyScope | None = None,
     merges: MergeMemo | None = None,
+    unit: DecisionUnit | Unasked | None = UNASKED,
 ) -> Placement | Admission:
     """place_pod's verdict and NUMA span, without choosing ids where that is exact (module doc):
     an Admission, to be completed by allocate_admitted on the chosen node, or the full Placement.
-    `merges`: merged hints kept by the caller across calls (_merge)."""
+    `merges`: merged hints kept by the caller across calls (_merge). `unit`: decision_unit of
+    this task, topology and scope when the caller kept it (it depends on nothing else)."""
     scope = scope or topology.policies.topology_manager_scope
-    unit = None if policy is TopologyPolicy.NONE else decision_unit(task, topology, providers, scope)
+    if policy is TopologyPolicy.NONE:
+        unit = None
+    elif isinstance(unit, Unasked):
+        unit = decision_unit(task, topology, providers, scope)
     if unit is None:
         return place_pod(task, topology, free, providers, policy, scope=scope)
     if unit.request is None:

@@ -61,11 +61,15 @@ from numasched.api.topology import (
     topology_shape_key,
 )
 from numasched.plugins.numaaware.admission import (
+    UNASKED,
     Admission,
+    DecisionUnit,
     MergeMemo,
     Placement,
+    Unasked,
     admit_pod,
     allocate_admitted,
+    decision_unit,
     place_pod,
     pod_request,
 )
@@ -543,7 +547,10 @@ class NumaAwarePlugin:
             shape = pod.shape_ids[policy] = self.tables.shape_id((policy, pod.shape))
         outcome = state.outcomes.get(shape)
         if outcome is None:
-            outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy)
+            # The pod's decision unit per machine content, kept with the pod (not for an agent's
+            # view of it, which is another task object per node).
+            units = pod.units if subject is task else None
+            outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy, units)
         if isinstance(outcome, Status):
             return outcome
         if pod.spec.exclusive is not None:
@@ -642,6 +649,7 @@ class NumaAwarePlugin:
         state: _NodeState,
         shape: int,
         policy: TopologyPolicy,
+        units: dict[TopologyFingerprint, DecisionUnit | None] | None = None,
     ) -> Placement | Admission | Status:
         """The admission of a node alike (same class), else computed here. A refusal is shared
         as its reason without the "node <name>: " prefix, and only when that reason names neither
@@ -657,7 +665,14 @@ class NumaAwarePlugin:
             if shared.pod is None:
                 state.outcomes[shape] = outcome
             return outcome
-        placed = admit_pod(task, topology, state.free, self.providers, policy, merges=self.tables.merges)
+        unit: DecisionUnit | Unasked | None = UNASKED
+        if units is not None and policy is not TopologyPolicy.NONE:
+            fingerprint = self.fingerprints.get(topology)
+            unit = units.get(fingerprint, UNASKED)
+            if isinstance(unit, Unasked):
+                scope = topology.policies.topology_manager_scope
+                unit = units[fingerprint] = decision_unit(task, topology, self.providers, scope)
+        placed = admit_pod(task, topology, state.free, self.providers, policy, merges=self.tables.merges, unit=unit)
         if isinstance(placed, Placement) and not placed.admitted:
             reason = placed.reason
             names_pod = task.key in reason
@@ -1163,6 +1178,8 @@ class _PodData:
     spec: PodTopologySpec
     # The candidates last scored and their score parts (combine_numbers): the decisions on them.
     scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
+    # admission.decision_unit per machine content (the topology's fingerprint).
+    units: dict[TopologyFingerprint, DecisionUnit | None] = attrs.field(factory=dict)
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:

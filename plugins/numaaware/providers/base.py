@@ -177,12 +177,14 @@ def free_after(free: FreeResources, added: PodAllocation) -> FreeResources | Non
                 devices = dict(free.devices)
             taken = frozenset(ids)
             devices[resource] = tuple(device for device in devices[resource] if device not in taken)
-    return attrs.evolve(
-        free,
+    return FreeResources(
         cpus=free.cpus - added.cpus(),
         devices=free.devices if devices is None else devices,
         memory=free.memory if memory is None else memory,
         memory_groups=groups,
+        unknown=free.unknown,
+        unknown_pods=free.unknown_pods,
+        dra=None,
     )
 
 
