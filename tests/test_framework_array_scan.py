@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Hashable
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from numasched.api.task import TaskInfo
 from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.scheduler.actions.allocate import feasible_nodes
 from numasched.scheduler.builtin import default_registry
-from numasched.scheduler.framework.equivalence import EquivalenceMemo
+from numasched.scheduler.framework.equivalence import Candidates, EquivalenceMemo, NodeIndex, NodeSlots
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
@@ -177,3 +178,16 @@ def test_a_second_session_over_nodes_another_session_reports_on_reads_every_node
     assert all(node.touch_log is not None for node in nodes)
     first.release()
     assert all(node.touch_log is None for node in nodes)
+
+
+def test_a_candidate_is_found_by_identity_in_a_scan_and_in_a_plain_list() -> None:
+    nodes = [NodeInfo.create(f"n{i}", Resource(milli_cpu=1000)) for i in range(6)]
+    index = NodeIndex(nodes, NodeSlots())
+    picked = [nodes[4], nodes[1], nodes[5]]
+    scanned = Candidates(picked, index, np.array([4, 1, 5], dtype=np.int64), np.zeros(3, dtype=np.int64))
+    plain = Candidates(picked)
+    for candidates in (scanned, plain):
+        assert [candidates.index_of(node) for node in nodes] == [None, 1, None, None, 0, 2]
+        # Another object of the same name (another snapshot's node) is not a candidate.
+        assert candidates.index_of(NodeInfo.create("n4", Resource(milli_cpu=1000))) is None
+    assert index.position_of(nodes[3]) == 3 and index.position_of(NodeInfo.create("n3", Resource())) is None

@@ -747,18 +747,18 @@ class NumaAwarePlugin:
     def _recall(self, task: TaskInfo, node_name: str) -> _Decision | None:
         return self._pod(task).decided.get(node_name)
 
-    def _scored_decision(self, task: TaskInfo, node_name: str) -> _Decision | None:
+    def _scored_decision(self, task: TaskInfo, node: NodeInfo) -> _Decision | None:
         """The decision in the score part of the chosen node, when the candidates were scored on
         arrays (combine_numa_counts keeps the parts, not a decision per candidate)."""
         scored = self._pod(task).scored
         if not scored:
             return None
         candidates, parts = scored[0]
-        for position, node in enumerate(candidates):
-            if node.name == node_name:
-                part = parts[position]
-                return part.decision if isinstance(part, _ScorePart) else None
-        return None
+        position = candidates.index_of(node)
+        if position is None:
+            return None
+        part = parts[position]
+        return part.decision if isinstance(part, _ScorePart) else None
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
         outcome = self.admit(task, node)
@@ -905,7 +905,7 @@ class NumaAwarePlugin:
         """Decide the task's CPUs, devices and memory on its node. The statement then accounts
         task.allocation in the node's NUMA ledger, so later pods of this session see it."""
         task, node = event.task, event.node
-        decision = self._recall(task, node.name) or self._scored_decision(task, node.name)
+        decision = self._recall(task, node.name) or self._scored_decision(task, node)
         self._forget_node(task, node.name)
         if node.topology is None:
             return

@@ -160,6 +160,11 @@ class NodeIndex:
     def _read_all(self) -> Ints:
         return np.fromiter((node.generation for node in self.nodes), dtype=np.int64, count=len(self.nodes))
 
+    def position_of(self, node: NodeInfo) -> int | None:
+        """Where this very node object sits in the index; None when it is not there."""
+        at = self._position.get(id(node))
+        return at if at is not None and self.nodes[at] is node else None
+
     def generations(self) -> Ints:
         """Every node's generation now (they change as the session places pods), as a new array."""
         log = self._log
@@ -256,6 +261,16 @@ class Candidates(list[NodeInfo]):
 
     def slots(self) -> Ints | None:
         return None if self.node_index is None else self.node_index.slots[self.positions]
+
+    def index_of(self, node: NodeInfo) -> int | None:
+        """The position of this very node object among the candidates; None when not one."""
+        if self.node_index is not None and len(self.positions) == len(self):
+            at = self.node_index.position_of(node)
+            if at is None:
+                return None
+            found = np.flatnonzero(self.positions == at)
+            return int(found[0]) if len(found) else None
+        return next((position for position, candidate in enumerate(self) if candidate is node), None)
 
     def any_tainted(self) -> bool:
         """Whether any of the nodes has a taint."""
