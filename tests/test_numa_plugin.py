@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -161,6 +162,13 @@ def test_too_many_numa_nodes_for_the_kubelet() -> None:
     status = plugin().predicate(task(("a", 1, 0)), node(many))
     assert status.code is StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert "more than 8 NUMA nodes" in status.reason
+    # The kubelet's max-allowable-numa-nodes option raises the limit; at 8 NUMA nodes or fewer no
+    # policy is refused on this ground.
+    raised = attrs.evolve(topo.policies, topology_manager_options={"max-allowable-numa-nodes": "12"})
+    allowed = plugin().predicate(task(("a", 1, 0)), node(attrs.evolve(many, policies=raised)))
+    assert "NUMA nodes" not in allowed.reason
+    eight = NumaTopology(node_name="n1", numa_ids=tuple(range(8)), policies=topo.policies)
+    assert "NUMA nodes" not in plugin().predicate(task(("a", 1, 0)), node(eight)).reason
 
 
 def test_scores_follow_volcano_normalisation() -> None:

@@ -54,6 +54,7 @@ from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo, TaskStatus
 from numasched.api.topology import (
+    DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
     NumaTopology,
     TopologyPolicy,
     topology_availability_key,
@@ -438,9 +439,13 @@ class NumaAwarePlugin:
                 )
             return self._without_topology(task, node, requested)
         node_policy = topology.policies.topology_manager_policy
-        refusal = check_numa_node_limit(node_policy, len(topology.numa_ids), topology.policies.max_allowable_numa_nodes)
-        if refusal is not None:
-            return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, refusal, PLUGIN_NAME)
+        if len(topology.numa_ids) > DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
+            # Within the default every node passes (the option only raises the limit): read the
+            # option only past it.
+            limit = topology.policies.max_allowable_numa_nodes
+            refusal = check_numa_node_limit(node_policy, len(topology.numa_ids), limit)
+            if refusal is not None:
+                return Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, refusal, PLUGIN_NAME)
         if spec.cpuset or spec.exclusive is not None:
             who = enforcer(spec, task, topology.policies)
             if isinstance(who, str):
