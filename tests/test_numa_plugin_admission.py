@@ -28,7 +28,15 @@ from numasched.api.topology import NumaTopology, TopologyPolicy, TopologyScope
 from numasched.cache.convert_pod import node_to_node_info, pod_to_task
 from numasched.cache.convert_topology import numatopology_to_topology
 from numasched.cache.machine_shapes import machine_objects
-from numasched.plugins.numaaware.admission import Admission, Placement, admit_pod, allocate_admitted, place_pod
+from numasched.plugins.numaaware.admission import (
+    Admission,
+    Placement,
+    UnitPlan,
+    admit_pod,
+    allocate_admitted,
+    place_pod,
+    unit_plan,
+)
 from numasched.plugins.numaaware.plugin import NumaAwarePlugin
 from numasched.plugins.numaaware.providers.base import (
     FreeResources,
@@ -532,3 +540,43 @@ def test_the_builder_keeps_providers_and_their_indexes_across_sessions() -> None
     assert all(a is b for a, b in zip(first.providers, second.providers, strict=True))
     changed = builder(Arguments({"weight": 10, "devices": ["amd.com/gpu"]}))
     assert all(a is not b for a, b in zip(first.providers, changed.providers, strict=True))
+
+
+def test_a_unit_plan_names_the_deciding_container_and_serves_every_pod_of_the_shape() -> None:
+    topology = machine_topology("dgx1-v100", TopologyPolicy.SINGLE_NUMA_NODE)
+    providers = built_in_providers()
+    scope = TopologyScope.CONTAINER
+    # An init container pinning nothing (burstable), then the app container with GPUs: the app
+    # container decides, at index 1 of the kubelet's admission order (init containers first).
+    init = container_object("setup", "500m", 1, 0, 0, guaranteed=False)
+    first = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)], [init], uid="first")
+    second = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)], [init], uid="second")
+    plan = unit_plan(first, topology, providers, scope)
+    assert plan == UnitPlan("container", 1) == unit_plan(second, topology, providers, scope)
+    unit = plan.unit(second)
+    assert unit.request is not None
+    assert (unit.request.pod, unit.request.container) == ("default/second", "main")
+    # Two pinned containers: only the full placement decides; nothing pinned: nothing decides.
+    two = pod([container_object(name, "4", 4, 0, 0, guaranteed=True) for name in ("a", "b")])
+    assert unit_plan(two, topology, providers, scope) is None
+    loose = pod([container_object("main", "500m", 1, 0, 0, guaranteed=False)])
+    assert unit_plan(loose, topology, providers, scope) == UnitPlan("nothing")
+    assert unit_plan(first, topology, providers, TopologyScope.POD) == UnitPlan("pod")
+
+
+def test_refusals_computed_from_a_shared_plan_name_their_own_pod() -> None:
+    # Two pods of one shape, each the first to meet a node class, in pod scope (a refusal names
+    # the pod): the plan is shared, each refusal names its own pod.
+    topology = machine_topology("dgx1-v100", TopologyPolicy.SINGLE_NUMA_NODE, TopologyScope.POD)
+    numa = NumaAwarePlugin(Arguments({"devices": [GPU, NIC]}, plugin="numa-aware"))
+    for uid, other, taken in (
+        ("one", "two", ("0", "1", "2", "4", "5", "6")),
+        ("two", "one", ("0", "1", "3", "4", "5", "7")),
+    ):
+        node = machine_node("dgx1-v100", f"node-{uid}", topology)
+        node.numa_usage.devices[GPU] = frozenset(taken)
+        node.touch()
+        task = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)], uid=uid)
+        status = numa.predicate(task, node)
+        assert not status.passed
+        assert f"pod default/{uid}" in status.reason and f"default/{other}" not in status.reason

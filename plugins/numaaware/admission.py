@@ -541,27 +541,56 @@ class DecisionUnit:
     request: HintRequest | None
 
 
-def decision_unit(
+@attrs.frozen(slots=True)
+class UnitPlan:
+    """Which request decides a pod on a machine (decision_unit), apart from the pod's names: pods
+    of one shape on machines of one content have one plan. kind: "nothing" (no container is
+    pinned), "pod" (the pod-level request, pod scope) or "container" (the container at `index` in
+    containers_in_order)."""
+
+    kind: str
+    index: int = -1
+
+    def unit(self, task: TaskInfo) -> DecisionUnit:
+        if self.kind == "nothing":
+            return DecisionUnit(None)
+        if self.kind == "pod":
+            return DecisionUnit(pod_request(task))
+        return DecisionUnit(container_request(task, containers_in_order(task)[self.index]))
+
+
+def unit_plan(
     task: TaskInfo, topology: NumaTopology, providers: Sequence[HintProvider], scope: TopologyScope
-) -> DecisionUnit | None:
-    """The single request whose merged hint decides the pod, when admission may be decided without
-    allocating; None when the full placement is needed."""
+) -> UnitPlan | None:
+    """decision_unit's plan; None when the full placement is needed. It reads the pod's shape
+    (QoS, containers' kinds, requests and limits, claims), the topology's content and scope, and
+    the providers, nothing else."""
     if not all(type(provider) in _BUILT_IN_PROVIDERS for provider in providers):
         return None
     requests = [container_request(task, container) for container in containers_in_order(task)]
-    active = [request for request in requests if not _pins_nothing(request, topology, providers)]
+    active = [index for index, request in enumerate(requests) if not _pins_nothing(request, topology, providers)]
     if len(active) > 1:
         return None
     if scope is TopologyScope.POD:
         whole = pod_request(task)
         if not active:
-            return DecisionUnit(None) if _pins_nothing(whole, topology, providers) else None
-        if not _same_demand(whole, active[0], topology):
+            return UnitPlan("nothing") if _pins_nothing(whole, topology, providers) else None
+        if not _same_demand(whole, requests[active[0]], topology):
             return None
-        return DecisionUnit(whole) if _allocation_follows_hint(whole, topology, providers) else None
+        return UnitPlan("pod") if _allocation_follows_hint(whole, topology, providers) else None
     if not active:
-        return DecisionUnit(None)
-    return DecisionUnit(active[0]) if _allocation_follows_hint(active[0], topology, providers) else None
+        return UnitPlan("nothing")
+    decisive = requests[active[0]]
+    return UnitPlan("container", active[0]) if _allocation_follows_hint(decisive, topology, providers) else None
+
+
+def decision_unit(
+    task: TaskInfo, topology: NumaTopology, providers: Sequence[HintProvider], scope: TopologyScope
+) -> DecisionUnit | None:
+    """The single request whose merged hint decides the pod, when admission may be decided without
+    allocating; None when the full placement is needed."""
+    plan = unit_plan(task, topology, providers, scope)
+    return None if plan is None else plan.unit(task)
 
 
 def _states_hints(providers_hints: Sequence[ResourceHints | None]) -> bool:

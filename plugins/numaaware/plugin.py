@@ -68,11 +68,12 @@ from numasched.plugins.numaaware.admission import (
     MergeMemo,
     Placement,
     Unasked,
+    UnitPlan,
     admit_pod,
     allocate_admitted,
-    decision_unit,
     place_pod,
     pod_request,
+    unit_plan,
 )
 from numasched.plugins.numaaware.exclusivity import (
     EXCLUSIVE_POLICIES,
@@ -552,10 +553,9 @@ class NumaAwarePlugin:
             shape = pod.shape_ids[policy] = self.tables.shape_id((policy, pod.shape))
         outcome = state.outcomes.get(shape)
         if outcome is None:
-            # The pod's decision unit per machine content, kept with the pod (not for an agent's
-            # view of it, which is another task object per node).
-            units = pod.units if subject is task else None
-            outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy, units)
+            # The unit plan is kept per pod shape and machine content, but not for an agent's view
+            # of the pod (another task object per node, not of the pod's shape).
+            outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy, subject is task)
         if isinstance(outcome, Status):
             return outcome
         if pod.spec.exclusive is not None:
@@ -654,7 +654,7 @@ class NumaAwarePlugin:
         state: _NodeState,
         shape: int,
         policy: TopologyPolicy,
-        units: dict[TopologyFingerprint, DecisionUnit | None] | None = None,
+        keep_plan: bool = False,
     ) -> Placement | Admission | Status:
         """The admission of a node alike (same class), else computed here. A refusal is shared
         as its reason without the "node <name>: " prefix, and only when that reason names neither
@@ -671,12 +671,13 @@ class NumaAwarePlugin:
                 state.outcomes[shape] = outcome
             return outcome
         unit: DecisionUnit | Unasked | None = UNASKED
-        if units is not None and policy is not TopologyPolicy.NONE:
-            fingerprint = self.fingerprints.get(topology)
-            unit = units.get(fingerprint, UNASKED)
-            if isinstance(unit, Unasked):
+        if keep_plan and policy is not TopologyPolicy.NONE:
+            plan_key = (shape, self.fingerprints.get(topology))
+            plan = self.tables.unit_plans.get(plan_key, UNASKED)
+            if isinstance(plan, Unasked):
                 scope = topology.policies.topology_manager_scope
-                unit = units[fingerprint] = decision_unit(task, topology, self.providers, scope)
+                plan = self.tables.unit_plans[plan_key] = unit_plan(task, topology, self.providers, scope)
+            unit = None if plan is None else plan.unit(task)
         placed = admit_pod(task, topology, state.free, self.providers, policy, merges=self.tables.merges, unit=unit)
         if isinstance(placed, Placement) and not placed.admitted:
             reason = placed.reason
@@ -1013,6 +1014,8 @@ class AdmissionTables:
         self.completed: dict[tuple[int, int], Placement] = {}
         # Link quality of the device sets chosen per class, shape and device resources.
         self.qualities: dict[tuple[int, int, tuple[str, ...]], tuple[int, int, int] | None] = {}
+        # Which request decides a pod shape on a machine content (admission.unit_plan).
+        self.unit_plans: dict[tuple[int, TopologyFingerprint], UnitPlan | None] = {}
         # The same per device state (_device_state): nodes alike but for their CPUs share it.
         self.device_qualities: dict[Hashable, tuple[int, int, int] | None] = {}
         # The agent's view of each node topology, for pods the agent pins (pod_policy).
@@ -1047,6 +1050,7 @@ class AdmissionTables:
             self._fingerprint_ids.clear()
             self.equivalent.clear()
             self.completed.clear()
+            self.unit_plans.clear()
             self.qualities.clear()
             self.device_qualities.clear()
         if len(self.admissions) > self.MAX_NODES:
@@ -1183,8 +1187,6 @@ class _PodData:
     spec: PodTopologySpec
     # The candidates last scored and their score parts (combine_numbers): the decisions on them.
     scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
-    # admission.decision_unit per machine content (the topology's fingerprint).
-    units: dict[TopologyFingerprint, DecisionUnit | None] = attrs.field(factory=dict)
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
