@@ -323,6 +323,9 @@ class NumaAwarePlugin:
         self._session: Session | None = None
         self._own_state = CycleState("")
         self._own_task: TaskInfo | None = None
+        # The CycleState _pod last read and what it held there: read per node, many times per pod.
+        self._pod_state: CycleState | None = None
+        self._pod_data: _PodData | None = None
         # Per node: its NUMA occupancy (exclusivity) at a generation.
         self._occupancies: dict[str, tuple[int, NumaOccupancy]] = {}
         # Whether a plugin of the session restricts NUMA placement (restriction.py); None: not asked.
@@ -399,6 +402,8 @@ class NumaAwarePlugin:
     def _pod(self, task: TaskInfo) -> _PodData:
         """What admission reads of the pod, computed once per pod (its CycleState)."""
         state = self._cycle_state(task)
+        if state is self._pod_state and self._pod_data is not None:
+            return self._pod_data
         data: _PodData | None = state.get(_POD_KEY)
         if data is None:
             # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations), read once.
@@ -410,6 +415,7 @@ class NumaAwarePlugin:
                 policy = Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"pod {task.key}: {error}", PLUGIN_NAME)
             data = _PodData(policy, task_shape(task), {}, {}, spec)
             state.write(_POD_KEY, data)
+        self._pod_state, self._pod_data = state, data
         return data
 
     def pre_predicate(self, task: TaskInfo) -> Status:
