@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 import numpy as np
 import structlog
+from bitarray import bitarray, frozenbitarray
+from bitarray.util import count_and, zeros
 
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
@@ -35,8 +37,9 @@ from numasched.plugins.numaaware.providers.cpu_assignment import (
     CpuAssignmentError,
     take_distributed,
     take_packed,
+    take_packed_bits,
 )
-from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
+from numasched.plugins.numaaware.providers.cpu_layout import CpuBitIndex, CpuLayout, CpuTopologyError
 from numasched.plugins.numaaware.providers.mask_table import MaskTable
 from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
@@ -189,17 +192,26 @@ class CpuNodeIndex:
 
 
 def _check_available(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
+    _available_bits(layout, topology, available, count)
+
+
+def _available_bits(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> frozenbitarray:
+    """`available` as a mask of the layout's bits_index.size bits, once it is known to hold only
+    CPUs of the layout and at least `count` of them."""
     if count < 0:
         raise ValueError(f"node {topology.node_name}: cannot take a negative number of CPUs ({count})")
-    unknown = [cpu for cpu in available if cpu not in layout.info]
-    if unknown:
+    index = layout.bits_index
+    bits = available.bits
+    padded = bits if len(bits) >= index.size else bits + zeros(index.size - len(bits))
+    size = padded.count()
+    if len(padded) > index.size or count_and(padded, index.known) != size:
+        unknown = [cpu for cpu in available if cpu not in layout.info]
         raise CpuTopologyError(
             f"node {topology.node_name}: CPUs {IdSet(unknown).format()} are not in the node's topology"
         )
-    if count > len(available):
-        raise CpuAssignmentError(
-            f"not enough cpus available to satisfy request: requested={count}, available={len(available)}"
-        )
+    if count > size:
+        raise CpuAssignmentError(f"not enough cpus available to satisfy request: requested={count}, available={size}")
+    return padded
 
 
 def _check_smt(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
@@ -355,15 +367,38 @@ def allocate_cpus(
     """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs)."""
     if layout is None:
         layout = CpuLayout.from_topology(topology)
-    _check_available(layout, topology, available, count)
+    pool = _available_bits(layout, topology, available, count)
     if options.full_pcpus_only:
         _check_smt(layout, topology, available, count)
-    result = IdSet()
+    if options.distribute_cpus_across_numa:
+        result = IdSet()
+        if affinity is not None:
+            aligned = available & topology.cpus_in(affinity)
+            result = _take(layout, aligned, min(count, len(aligned)), options)
+        rest = _take(layout, available - result, count - len(result), options)
+        return result | rest
+    # Packed: the same two takes on bit masks (a take of nothing is skipped: it chooses nothing).
+    index = layout.bits_index
+    chosen: bitarray = zeros(index.size)
     if affinity is not None:
-        aligned = available & topology.cpus_in(affinity)
-        result = _take(layout, aligned, min(count, len(aligned)), options)
-    rest = _take(layout, available - result, count - len(result), options)
-    return result | rest
+        aligned = pool & _numa_bits(index, affinity)
+        wanted = min(count, aligned.count())
+        if wanted:
+            chosen = take_packed_bits(layout, aligned, wanted, options.align_by_uncorecache)
+    rest_count = count - chosen.count()
+    if rest_count:
+        chosen |= take_packed_bits(layout, pool & ~chosen, rest_count, options.align_by_uncorecache)
+    return IdSet.from_bits(chosen)
+
+
+def _numa_bits(index: CpuBitIndex, affinity: NumaMask) -> bitarray:
+    """The CPUs of the mask's NUMA nodes (topology.cpus_in) as a mask of index.size bits."""
+    bits = zeros(index.size)
+    for numa in affinity.ids():
+        cpus = index.numa_masks.get(numa)
+        if cpus is not None:
+            bits |= cpus
+    return bits
 
 
 def _containers_in_order(request: HintRequest) -> list[ContainerInfo]:
