@@ -156,6 +156,9 @@ class CpuNodeIndex:
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
     # The masks as arrays (CPUs per mask as the totals).
     mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
+    # allocate_cpus' answers by all they read besides the layout (CpuChoiceMemo key): nodes of one
+    # shape with the same CPUs free get the same CPUs.
+    choices: dict[Hashable, IdSet] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def of(
@@ -363,13 +366,44 @@ def allocate_cpus(
     options: StaticPolicyOptions,
     *,
     layout: CpuLayout | None = None,
+    memo: dict[Hashable, IdSet] | None = None,
 ) -> IdSet:
-    """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs)."""
+    """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs).
+
+    `memo`: answers kept by the caller for this layout (CpuNodeIndex.choices). The choice reads
+    the layout, the CPUs, the count, the affinity and the options; the checks before it also read
+    the topology's reserved CPUs, so they run first and a refusal is never remembered."""
     if layout is None:
         layout = CpuLayout.from_topology(topology)
     pool = _available_bits(layout, topology, available, count)
     if options.full_pcpus_only:
         _check_smt(layout, topology, available, count)
+    if memo is None:
+        return _choose_cpus(layout, topology, available, pool, count, affinity, options)
+    key = (available, count, affinity, options)
+    chosen = memo.get(key)
+    if chosen is None:
+        chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options)
+        if len(memo) >= _MAX_CHOICES:
+            memo.clear()
+        memo[key] = chosen
+    return chosen
+
+
+# Distinct CPU choices kept per CpuNodeIndex before they are dropped and computed anew.
+_MAX_CHOICES = 4096
+
+
+def _choose_cpus(
+    layout: CpuLayout,
+    topology: NumaTopology,
+    available: IdSet,
+    pool: frozenbitarray,
+    count: int,
+    affinity: NumaMask | None,
+    options: StaticPolicyOptions,
+) -> IdSet:
+    """allocate_cpus once its checks passed (`pool`: `available` as the layout's bit mask)."""
     if options.distribute_cpus_across_numa:
         result = IdSet()
         if affinity is not None:
@@ -505,8 +539,10 @@ class CpuHintProvider:
                     f"ids are unknown ({', '.join(free.unknown_pods.get('cpu', ()))})"
                 )
             try:
-                layout = self.indexes.get(topology).layout
-                cpus = allocate_cpus(topology, pool, count, best_hint.affinity, options, layout=layout)
+                index = self.indexes.get(topology)
+                cpus = allocate_cpus(
+                    topology, pool, count, best_hint.affinity, options, layout=index.layout, memo=index.choices
+                )
             except (CpuAssignmentError, CpuTopologyError) as error:
                 raise ProviderError(
                     f"cpu: cannot pick {count} exclusive CPUs for {request.describe()} of pod {request.pod} "

@@ -44,6 +44,7 @@ from numasched.plugins.numaaware.providers.base import (
     ProviderError,
 )
 from numasched.plugins.numaaware.providers.device_sets import (
+    DeviceChoices,
     NicAlignment,
     choose_devices,
     choose_nics,
@@ -149,6 +150,20 @@ def _shared_index_memo() -> TopologyMemo[dict[str, DeviceGroupIndex]]:
         return {resource: index_of(group, topology.numa_ids) for resource, group in topology.devices.items()}
 
     return TopologyMemo(indexes_of)
+
+
+def _shared_choices_memo() -> TopologyMemo[dict[str, DeviceChoices]]:
+    """Per topology, per device resource, the DeviceChoices of its content: topologies of one
+    machine shape (and a node's successive topology objects) share them."""
+    shared: ContentMemo[DeviceChoices] = ContentMemo()
+
+    def choices_of(topology: NumaTopology) -> dict[str, DeviceChoices]:
+        return {
+            resource: shared.get(DeviceChoices.key(topology, group), DeviceChoices)
+            for resource, group in topology.devices.items()
+        }
+
+    return TopologyMemo(choices_of)
 
 
 # Distinct (counts, request) answers kept per mask shape before they are dropped and computed anew.
@@ -261,9 +276,11 @@ def allocate_devices(
     free: Sequence[str],
     *,
     prefer: Mapping[str, int] | None = None,
+    memo: DeviceChoices | None = None,
 ) -> tuple[str, ...]:
     """The device ids for `request` devices of one resource inside (first) the hint's affinity.
 
+    `memo`: the resource's DeviceChoices on this node, when the caller keeps one.
     Raises ProviderError naming the resource and the shortfall."""
     group = topology.devices.get(resource)
     if group is None:
@@ -273,18 +290,25 @@ def allocate_devices(
         raise ProviderError(f"{resource}: {request} requested, {len(free_ids)} free on node {topology.node_name}")
     aligned, unaligned, without = split_by_affinity(group, free_ids, affinity)
     if len(aligned) >= request:
-        chosen = choose_devices(resource, request, aligned, topology, free=free_ids, prefer=prefer)
+        chosen = choose_devices(resource, request, aligned, topology, free=free_ids, prefer=prefer, memo=memo)
     else:
         # Every aligned device first (the alignment the topology manager promised), then the
         # nearest of the rest: devices on other NUMA nodes before devices without one.
         chosen = ()
         if len(aligned) + len(unaligned) >= request:
             chosen = choose_devices(
-                resource, request, unaligned, topology, free=free_ids, must_include=aligned, prefer=prefer
+                resource, request, unaligned, topology, free=free_ids, must_include=aligned, prefer=prefer, memo=memo
             )
         if not chosen:
             chosen = choose_devices(
-                resource, request, unaligned + without, topology, free=free_ids, must_include=aligned, prefer=prefer
+                resource,
+                request,
+                unaligned + without,
+                topology,
+                free=free_ids,
+                must_include=aligned,
+                prefer=prefer,
+                memo=memo,
             )
     if not chosen:
         partitions = f" within one of its {len(group.partitions)} partitions" if group.partitions else ""
@@ -321,6 +345,10 @@ class DeviceProvider:
     # DeviceGroupIndex per resource, per node topology, for as long as this provider lives.
     indexes: TopologyMemo[dict[str, DeviceGroupIndex]] = attrs.field(
         factory=_shared_index_memo, init=False, eq=False, repr=False
+    )
+    # DeviceChoices per resource, per node topology, shared by content (_shared_choices_memo).
+    choices: TopologyMemo[dict[str, DeviceChoices]] = attrs.field(
+        factory=_shared_choices_memo, init=False, eq=False, repr=False
     )
 
     @property
@@ -370,7 +398,13 @@ class DeviceProvider:
             prefer = nic_preference(topology, resource, nics, free_nics) if nics else None
             _check_unknown(resource, wanted[resource], free, topology)
             chosen = allocate_devices(
-                resource, wanted[resource], best_hint.affinity, topology, free.free_devices(resource), prefer=prefer
+                resource,
+                wanted[resource],
+                best_hint.affinity,
+                topology,
+                free.free_devices(resource),
+                prefer=prefer,
+                memo=self.choices.get(topology).get(resource),
             )
             chosen_accelerators[resource] = chosen
             result[resource] = chosen
