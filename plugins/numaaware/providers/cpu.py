@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -132,10 +134,17 @@ class StaticPolicyOptions:
         """The node's cpuManagerPolicyOptions; `defaults` (plugin arguments) stand in for a node
         whose topology object does not report any (Volcano's exporter does not)."""
         reported = topology.policies.cpu_manager_options
+        if not reported and not defaults:
+            return _NO_OPTIONS
         options, problems = cls.parse(reported if reported else (defaults or {}))
         for problem in problems:
             log.debug("cpu manager options", node=topology.node_name, problem=problem)
         return options
+
+
+# What a node with no options (and no defaults) runs with: parse({}).
+_NO_OPTIONS = StaticPolicyOptions()
+_NO_CPUS = IdSet()
 
 
 @attrs.frozen(slots=True)
@@ -192,6 +201,15 @@ class CpuNodeIndex:
             hints_by_counts=hints_by_counts,
             mask_table=MaskTable(masks, numa_ids),
         )
+
+
+_CPU_ROW = attrgetter("cpu", "core", "socket", "numa", "l3")
+
+
+def cpu_rows_key(topology: NumaTopology) -> tuple[tuple[int, int, int, int, int], ...]:
+    """The topology's CPU rows as plain tuples: equal exactly when the rows are, and hashed and
+    compared without a Python call per row (a large machine has hundreds)."""
+    return tuple(map(_CPU_ROW, topology.cpus))
 
 
 def _check_available(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
@@ -380,7 +398,7 @@ def allocate_cpus(
         _check_smt(layout, topology, available, count)
     if memo is None:
         return _choose_cpus(layout, topology, available, pool, count, affinity, options)
-    key = (available, count, affinity, options)
+    key = (available, count, None if affinity is None else affinity.bits, options)
     chosen = memo.get(key)
     if chosen is None:
         chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options)
@@ -415,10 +433,10 @@ def _choose_cpus(
     index = layout.bits_index
     chosen: bitarray = zeros(index.size)
     if affinity is not None:
-        aligned = pool & _numa_bits(index, affinity)
-        wanted = min(count, aligned.count())
+        aligned_bits = pool & _numa_bits(index, affinity)
+        wanted = min(count, aligned_bits.count())
         if wanted:
-            chosen = take_packed_bits(layout, aligned, wanted, options.align_by_uncorecache)
+            chosen = take_packed_bits(layout, aligned_bits, wanted, options.align_by_uncorecache)
     rest_count = count - chosen.count()
     if rest_count:
         chosen |= take_packed_bits(layout, pool & ~chosen, rest_count, options.align_by_uncorecache)
@@ -461,13 +479,14 @@ class CpuHintProvider:
 
         def index_of(topology: NumaTopology) -> CpuNodeIndex:
             options = StaticPolicyOptions.of(topology, self.default_options)
+            rows = cpu_rows_key(topology)
 
             def build() -> CpuNodeIndex:
                 # Built from this topology, so a topology that cannot be read names its own node.
-                layout = layouts.get(topology.cpus, lambda: CpuLayout.from_topology(topology))
+                layout = layouts.get(rows, lambda: CpuLayout.from_topology(topology))
                 return CpuNodeIndex.of(topology, self.default_options, shared_hints, layout=layout, options=options)
 
-            return shared_indexes.get((topology.cpus, options), build)
+            return shared_indexes.get((rows, options), build)
 
         return TopologyMemo(index_of)
 
@@ -498,6 +517,8 @@ class CpuHintProvider:
         per_container = self.allocate_containers(request, best_hint, topology, free)
         if not per_container:
             return {}
+        if len(per_container) == 1:
+            return {"cpu": next(iter(per_container.values()))}
         chosen = IdSet()
         for cpus in per_container.values():
             chosen = chosen | cpus
@@ -524,9 +545,10 @@ class CpuHintProvider:
                 return {}
         else:
             units = [(request.container, False, guaranteed_cpus(request))]
-        reusable = IdSet()
+        reusable = _NO_CPUS
         result: dict[str, IdSet] = {}
-        for name, reusable_after, count in units:
+        last = len(units) - 1
+        for position, (name, reusable_after, count) in enumerate(units):
             if count == 0:
                 continue
             pool = available | reusable
@@ -548,10 +570,11 @@ class CpuHintProvider:
                     f"cpu: cannot pick {count} exclusive CPUs for {request.describe()} of pod {request.pod} "
                     f"on node {topology.node_name}: {error}"
                 ) from error
-            available = available - cpus
-            reusable = (reusable | cpus) if reusable_after else (reusable - cpus)
             result[name] = cpus
-        if result:
+            if position < last:
+                available = available - cpus
+                reusable = (reusable | cpus) if reusable_after else (reusable - cpus)
+        if result and log.is_enabled_for(logging.DEBUG):
             log.debug(
                 "cpus chosen",
                 pod=request.pod,

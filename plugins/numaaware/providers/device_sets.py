@@ -173,8 +173,11 @@ class DeviceChoices:
     def key(topology: NumaTopology, group: DeviceGroup) -> Hashable:
         """The content a choice among the group's devices reads: the group and its own links."""
         resource = group.resource
+        # The links as plain tuples, compared without a Python call per link.
         links = sorted(
-            (pair, link) for pair, link in topology.links.items() if pair[0][0] == resource and pair[1][0] == resource
+            (pair, link.nvlinks, link.nvswitch, link.pcie)
+            for pair, link in topology.links.items()
+            if pair[0][0] == resource and pair[1][0] == resource
         )
         return (group, tuple(links))
 
