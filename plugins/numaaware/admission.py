@@ -292,15 +292,18 @@ def _with_free(message: str, resources: Sequence[str], topology: NumaTopology, f
 # -- the walk ---------------------------------------------------------------------------------------
 
 
-def _assigned_numa(assigned: Mapping[str, Assigned], topology: NumaTopology) -> NumaMask:
+def _assigned_numa(
+    assigned: Mapping[str, Assigned], topology: NumaTopology, providers: Sequence[HintProvider] = ()
+) -> NumaMask:
     ids: set[int] = set()
+    cpu_provider = next((provider for provider in providers if isinstance(provider, CpuHintProvider)), None)
     for resource, value in assigned.items():
         if isinstance(value, IdSet):
-            if len(topology.cpu_info) == len(topology.cpus):
-                # Each CPU on one NUMA node: the nodes whose CPUs the set meets.
-                ids.update(numa for numa, cpus in topology.cpus_by_numa.items() if cpus.count_common(value))
-            else:
-                ids.update(topology.cpu_info[cpu].numa for cpu in value if cpu in topology.cpu_info)
+            # By the CPU provider's shared index where it has one (no per-CPU lookups).
+            numa_ids = None if cpu_provider is None else cpu_provider.numa_nodes_of(topology, value)
+            if numa_ids is None:
+                numa_ids = {topology.cpu_info[cpu].numa for cpu in value if cpu in topology.cpu_info}
+            ids.update(numa_ids)
         elif isinstance(value, tuple):
             group = topology.devices.get(resource)
             if group is not None:
@@ -489,7 +492,7 @@ def _walk(
             reusable = _take(reusable, assigned)
             if container.init and not container.sidecar:
                 reusable = _add(reusable, assigned)
-        numa = _assigned_numa(assigned, topology)
+        numa = _assigned_numa(assigned, topology, providers)
         touched = touched | numa
         allocation = _container_allocation(container.name, assigned, numa)
         if allocation.cpuset or allocation.devices or allocation.memory:

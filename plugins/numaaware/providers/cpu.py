@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Hashable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -24,7 +23,7 @@ from bitarray import bitarray, frozenbitarray
 from bitarray.util import count_and, zeros
 
 from numasched.api.hint import ResourceHints, TopologyHint
-from numasched.api.idset import IdSet
+from numasched.api.idset import IdSet, IdSetError
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.task import ContainerInfo, QosClass, pod_whole_cpus, whole_cpus
 from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyScope
@@ -165,9 +164,11 @@ class CpuNodeIndex:
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
     # The masks as arrays (CPUs per mask as the totals).
     mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
-    # allocate_cpus' answers by all they read besides the layout (CpuChoiceMemo key): nodes of one
-    # shape with the same CPUs free get the same CPUs.
-    choices: dict[Hashable, IdSet] = attrs.field(factory=dict, eq=False, repr=False)
+    # All CPUs of the layout (NumaTopology.all_cpus).
+    all_cpus: IdSet = attrs.field(kw_only=True, eq=False, repr=False)
+    # allocate_cpus' answers (IdSet) and its packed takes (frozenbitarray) by all they read besides
+    # the layout: nodes of one shape with the same CPUs free get the same CPUs.
+    choices: dict[Hashable, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def of(
@@ -200,6 +201,7 @@ class CpuNodeIndex:
             masks=tuple(masks),
             hints_by_counts=hints_by_counts,
             mask_table=MaskTable(masks, numa_ids),
+            all_cpus=IdSet(layout.info),
         )
 
 
@@ -384,7 +386,7 @@ def allocate_cpus(
     options: StaticPolicyOptions,
     *,
     layout: CpuLayout | None = None,
-    memo: dict[Hashable, IdSet] | None = None,
+    memo: dict[Hashable, Any] | None = None,
 ) -> IdSet:
     """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs).
 
@@ -400,12 +402,16 @@ def allocate_cpus(
         return _choose_cpus(layout, topology, available, pool, count, affinity, options)
     key = (available, count, None if affinity is None else affinity.bits, options)
     chosen = memo.get(key)
-    if chosen is None:
-        chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options)
-        if len(memo) >= _MAX_CHOICES:
-            memo.clear()
-        memo[key] = chosen
+    if not isinstance(chosen, IdSet):
+        chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options, memo)
+        _remember(memo, key, chosen)
     return chosen
+
+
+def _remember(memo: dict[Hashable, Any], key: Hashable, value: object) -> None:
+    if len(memo) >= _MAX_CHOICES:
+        memo.clear()
+    memo[key] = value
 
 
 # Distinct CPU choices kept per CpuNodeIndex before they are dropped and computed anew.
@@ -420,8 +426,11 @@ def _choose_cpus(
     count: int,
     affinity: NumaMask | None,
     options: StaticPolicyOptions,
+    memo: dict[Hashable, Any] | None = None,
 ) -> IdSet:
-    """allocate_cpus once its checks passed (`pool`: `available` as the layout's bit mask)."""
+    """allocate_cpus once its checks passed (`pool`: `available` as the layout's bit mask).
+    `memo`: the layout's packed takes by their pool, count and option (a NUMA node's free CPUs
+    recur across nodes more often than the whole node's)."""
     if options.distribute_cpus_across_numa:
         result = IdSet()
         if affinity is not None:
@@ -431,16 +440,30 @@ def _choose_cpus(
         return result | rest
     # Packed: the same two takes on bit masks (a take of nothing is skipped: it chooses nothing).
     index = layout.bits_index
+    align = options.align_by_uncorecache
     chosen: bitarray = zeros(index.size)
     if affinity is not None:
         aligned_bits = pool & _numa_bits(index, affinity)
         wanted = min(count, aligned_bits.count())
         if wanted:
-            chosen = take_packed_bits(layout, aligned_bits, wanted, options.align_by_uncorecache)
+            chosen = _take_packed(layout, aligned_bits, wanted, align, memo)
     rest_count = count - chosen.count()
     if rest_count:
-        chosen |= take_packed_bits(layout, pool & ~chosen, rest_count, options.align_by_uncorecache)
+        chosen = chosen | _take_packed(layout, pool & ~chosen, rest_count, align, memo)
     return IdSet.from_bits(chosen)
+
+
+def _take_packed(
+    layout: CpuLayout, pool: frozenbitarray, count: int, align: bool, memo: dict[Hashable, Any] | None
+) -> frozenbitarray:
+    if memo is None:
+        return frozenbitarray(take_packed_bits(layout, pool, count, align))
+    key = (pool, count, align)
+    chosen = memo.get(key)
+    if not isinstance(chosen, frozenbitarray):
+        chosen = frozenbitarray(take_packed_bits(layout, pool, count, align))
+        _remember(memo, key, chosen)
+    return chosen
 
 
 def _numa_bits(index: CpuBitIndex, affinity: NumaMask) -> bitarray:
@@ -524,6 +547,30 @@ class CpuHintProvider:
             chosen = chosen | cpus
         return {"cpu": chosen}
 
+    def _allocatable_cpus(self, topology: NumaTopology) -> IdSet:
+        """topology.allocatable_cpus, without reading every CPU row of a topology object seen for
+        the first time where its shape's index has them."""
+        try:
+            index = self.indexes.get(topology)
+        except (CpuTopologyError, IdSetError):
+            # The topology's own answer, or its own error.
+            return topology.allocatable_cpus
+        return index.all_cpus - topology.reserved_cpus
+
+    def numa_nodes_of(self, topology: NumaTopology, cpus: IdSet) -> set[int] | None:
+        """The NUMA nodes of these CPUs (those the topology lists), by the shape's index; None
+        where the topology has no index (its CPU rows cannot be read)."""
+        try:
+            index = self.indexes.get(topology).layout.bits_index
+        except (CpuTopologyError, IdSetError):
+            return None
+        bits = cpus.bits
+        if len(bits) > index.size:
+            bits = bits[: index.size]
+        elif len(bits) < index.size:
+            bits = bits + zeros(index.size - len(bits))
+        return {numa for numa, mask in index.numa_masks.items() if count_and(bits, mask)}
+
     def allocate_containers(
         self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
     ) -> dict[str, IdSet]:
@@ -535,7 +582,7 @@ class CpuHintProvider:
         if topology.policies.cpu_manager_policy != CpuManagerPolicy.STATIC:
             return {}
         options = StaticPolicyOptions.of(topology)
-        available = free.cpus & topology.allocatable_cpus
+        available = free.cpus & self._allocatable_cpus(topology)
         if request.scope == TopologyScope.POD and request.containers:
             units = [
                 (container.name, container.init and not container.sidecar, whole_cpus(container.requests.milli_cpu))
@@ -574,13 +621,8 @@ class CpuHintProvider:
             if position < last:
                 available = available - cpus
                 reusable = (reusable | cpus) if reusable_after else (reusable - cpus)
-        if result and log.is_enabled_for(logging.DEBUG):
-            log.debug(
-                "cpus chosen",
-                pod=request.pod,
-                node=topology.node_name,
-                cpus={name: cpus.format() for name, cpus in result.items()},
-            )
+        # No log line here: even a filtered one costs more than the rest of this method (the
+        # logger is built per call), and the chosen CPUs are in the pod's allocation.
         return result
 
 
