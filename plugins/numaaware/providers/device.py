@@ -67,6 +67,9 @@ DEFAULT_ACCELERATOR_RESOURCES = (
 )
 DEFAULT_NIC_RESOURCES = ("rdma/hca",)
 
+# Resource names HintRequest.amount reads from outside the request's scalars.
+_NOT_SCALARS = frozenset({"cpu", "memory"})
+
 # Plugin arguments read by device_provider_factory.
 ARG_DEVICE_RESOURCES = "device-resources"
 ARG_NIC_RESOURCES = "nic-resources"
@@ -152,18 +155,9 @@ def _shared_index_memo() -> TopologyMemo[dict[str, DeviceGroupIndex]]:
     return TopologyMemo(indexes_of)
 
 
-def _shared_choices_memo() -> TopologyMemo[dict[str, DeviceChoices]]:
-    """Per topology, per device resource, the DeviceChoices of its content: topologies of one
-    machine shape (and a node's successive topology objects) share them."""
-    shared: ContentMemo[DeviceChoices] = ContentMemo()
-
-    def choices_of(topology: NumaTopology) -> dict[str, DeviceChoices]:
-        return {
-            resource: shared.get(DeviceChoices.key(topology, group), DeviceChoices)
-            for resource, group in topology.devices.items()
-        }
-
-    return TopologyMemo(choices_of)
+def _choices_per_topology() -> TopologyMemo[dict[str, DeviceChoices]]:
+    """Per topology, its resources' DeviceChoices, each found on first use (DeviceProvider._choices)."""
+    return TopologyMemo(lambda topology: {})
 
 
 # Distinct (counts, request) answers kept per mask shape before they are dropped and computed anew.
@@ -346,10 +340,40 @@ class DeviceProvider:
     indexes: TopologyMemo[dict[str, DeviceGroupIndex]] = attrs.field(
         factory=_shared_index_memo, init=False, eq=False, repr=False
     )
-    # DeviceChoices per resource, per node topology, shared by content (_shared_choices_memo).
+    # DeviceChoices per resource, per node topology (_choices), shared by content: topologies of one
+    # machine shape (and a node's successive topology objects) share them.
     choices: TopologyMemo[dict[str, DeviceChoices]] = attrs.field(
-        factory=_shared_choices_memo, init=False, eq=False, repr=False
+        factory=_choices_per_topology, init=False, eq=False, repr=False
     )
+    shared_choices: ContentMemo[DeviceChoices] = attrs.field(factory=ContentMemo, init=False, eq=False, repr=False)
+    # The resources in name order, the order they are allocated in.
+    ordered_resources: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    @ordered_resources.default
+    def _ordered_resources(self) -> tuple[str, ...]:
+        return tuple(sorted(self.accelerator_resources | self.nic_resources))
+
+    def _requested(self, request: HintRequest) -> dict[str, int]:
+        """Devices asked for per resource (those asked for at all), in name order. A resource the
+        request does not name asks for none (HintRequest.amount), so only named ones are read."""
+        scalars = request.requests.scalars
+        return {
+            resource: count
+            for resource in self.ordered_resources
+            if (resource in scalars or resource in _NOT_SCALARS) and (count := requested_devices(request, resource)) > 0
+        }
+
+    def _choices(self, topology: NumaTopology, resource: str) -> DeviceChoices | None:
+        """The resource's DeviceChoices on this topology; only a resource allocated on the node
+        pays for reading its content (its device group and links)."""
+        found = self.choices.get(topology)
+        memo = found.get(resource)
+        if memo is None:
+            group = topology.devices.get(resource)
+            if group is None:
+                return None
+            memo = found[resource] = self.shared_choices.get(DeviceChoices.key(topology, group), DeviceChoices)
+        return memo
 
     @property
     def name(self) -> str:
@@ -361,10 +385,7 @@ class DeviceProvider:
 
     def hints(self, request: HintRequest, topology: NumaTopology, free: FreeResources) -> ResourceHints | None:
         result: ResourceHints = {}
-        for resource in sorted(self.resources):
-            count = requested_devices(request, resource)
-            if count == 0:
-                continue
+        for resource, count in self._requested(request).items():
             group = topology.devices.get(resource)
             if group is None:
                 # Not a device this node reports: the kubelet would have no topology for it.
@@ -384,11 +405,8 @@ class DeviceProvider:
     def allocate(
         self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
     ) -> ProviderAllocation:
-        wanted = {
-            resource: count
-            for resource in sorted(self.resources)
-            if (count := requested_devices(request, resource)) > 0 and resource in topology.devices
-        }
+        requested = self._requested(request)
+        wanted = {resource: count for resource, count in requested.items() if resource in topology.devices}
         accelerators = [resource for resource in wanted if resource not in self.nic_resources]
         nics = [resource for resource in wanted if resource in self.nic_resources]
         free_nics = {resource: free.free_devices(resource) for resource in nics}
@@ -404,7 +422,7 @@ class DeviceProvider:
                 topology,
                 free.free_devices(resource),
                 prefer=prefer,
-                memo=self.choices.get(topology).get(resource),
+                memo=self._choices(topology, resource),
             )
             chosen_accelerators[resource] = chosen
             result[resource] = chosen
