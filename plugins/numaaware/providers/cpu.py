@@ -395,15 +395,19 @@ def allocate_cpus(
     the topology's reserved CPUs, so they run first and a refusal is never remembered."""
     if layout is None:
         layout = CpuLayout.from_topology(topology)
+    key = (available, count, None if affinity is None else affinity.bits, options)
+    remembered = None if memo is None else memo.get(key)
+    if isinstance(remembered, IdSet):
+        # The availability checks passed when it was remembered and read nothing but the key and
+        # the layout; the SMT check reads the topology's reserved CPUs too, so it runs again.
+        if options.full_pcpus_only:
+            _check_smt(layout, topology, available, count)
+        return remembered
     pool = _available_bits(layout, topology, available, count)
     if options.full_pcpus_only:
         _check_smt(layout, topology, available, count)
-    if memo is None:
-        return _choose_cpus(layout, topology, available, pool, count, affinity, options)
-    key = (available, count, None if affinity is None else affinity.bits, options)
-    chosen = memo.get(key)
-    if not isinstance(chosen, IdSet):
-        chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options, memo)
+    chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options, memo)
+    if memo is not None:
         _remember(memo, key, chosen)
     return chosen
 

@@ -126,13 +126,50 @@ def choose_devices(
     NUMA hint allows); the choice keeps free devices outside the set well connected.
     prefer: a bonus per device, weighed after NVLinks and before the effect on the rest.
     memo: answers kept by the caller for this device group and the links among its devices
-    (DeviceChoices.of); the choice reads nothing else of the node.
+    (DeviceChoices); the choice reads nothing else of the node.
     Returns the ids in the node's device order, or () when no allowed set exists (too few
     candidates, or no partition holds the set).
     """
     group = topology.devices.get(resource)
     if group is None or count <= 0:
         return ()
+    if memo is None:
+        return _normalized_choice(resource, count, candidates, topology, group, free, must_include, prefer, exact_limit)
+    # The answer is a function of the arguments (and of what the memo stands for), so they are the
+    # key as given: no normalising before a remembered answer is found.
+    candidates, free, must_include = tuple(candidates), tuple(free), tuple(must_include)
+    key = (
+        resource,
+        count,
+        candidates,
+        free,
+        must_include,
+        tuple(sorted(prefer.items())) if prefer else (),
+        exact_limit,
+    )
+    chosen = memo.answers.get(key)
+    if chosen is None:
+        chosen = _normalized_choice(
+            resource, count, candidates, topology, group, free, must_include, prefer, exact_limit
+        )
+        if len(memo.answers) >= MAX_CHOICES:
+            memo.answers.clear()
+        memo.answers[key] = chosen
+    return chosen
+
+
+def _normalized_choice(
+    resource: str,
+    count: int,
+    candidates: Sequence[str],
+    topology: NumaTopology,
+    group: DeviceGroup,
+    free: Iterable[str],
+    must_include: Iterable[str],
+    prefer: Mapping[str, int] | None,
+    exact_limit: int,
+) -> tuple[str, ...]:
+    """choose_devices once the group is known: the ids in the group's order, deduplicated."""
     order = {device.id: index for index, device in enumerate(group.devices)}
     required = sorted({device_id for device_id in must_include if device_id in order}, key=order.__getitem__)
     pool = sorted({device_id for device_id in candidates if device_id in order} - set(required), key=order.__getitem__)
@@ -140,17 +177,7 @@ def choose_devices(
         return ()
     others = {device_id for device_id in free if device_id in order}
     universe = sorted(others | set(pool) | set(required), key=order.__getitem__)
-    if memo is None:
-        return _choose(topology, group, count, required, pool, universe, prefer or {}, exact_limit)
-    bonus = tuple(max(0, prefer.get(device_id, 0)) for device_id in universe) if prefer else ()
-    key = (count, tuple(required), tuple(pool), tuple(universe), bonus if any(bonus) else (), exact_limit)
-    chosen = memo.answers.get(key)
-    if chosen is None:
-        chosen = _choose(topology, group, count, required, pool, universe, prefer or {}, exact_limit)
-        if len(memo.answers) >= MAX_CHOICES:
-            memo.answers.clear()
-        memo.answers[key] = chosen
-    return chosen
+    return _choose(topology, group, count, required, pool, universe, prefer or {}, exact_limit)
 
 
 # Distinct device choices kept per DeviceChoices before they are dropped and computed anew.
