@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from bitarray import frozenbitarray
+from bitarray import bitarray, frozenbitarray
 from bitarray.util import count_and, zeros
 
 from numasched.api.quantity import quoted
@@ -101,6 +101,16 @@ class IdSet:
         result._bits = bits
         result._hash = None
         return result
+
+    @property
+    def bits(self) -> frozenbitarray:
+        """Bit i set for id i, ending at the largest id (for array work on sets)."""
+        return self._bits
+
+    @classmethod
+    def from_bits(cls, bits: bitarray) -> IdSet:
+        """The ids whose bits are set; trailing zeros are allowed."""
+        return cls._from_bits(bits if isinstance(bits, frozenbitarray) else frozenbitarray(bits))
 
     def count_common(self, other: IdSet) -> int:
         """len(self & other), without building the intersection."""

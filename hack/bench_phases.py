@@ -4,7 +4,8 @@ Runs one configuration on the benchmark's generated cluster (hack/bench_run.py, 
 and cycles) with the scheduler's phases timed in CPU time of this process (so other work on a
 shared machine does not count): the snapshot, session open, job ordering, the predicate scan
 (feasible_nodes), node choice (choose_node, and inside it the batch scores), placing
-(Statement.allocate, where numa-aware chooses the ids), and the whole cycle.
+(Statement.allocate), numa-aware's choice of ids for node states it has not completed before
+(allocate_admitted, called while scoring and while placing), and the whole cycle.
 
     .venv/bin/python hack/bench_phases.py --nodes 1000 --config numasched
 """
@@ -26,6 +27,7 @@ if str(HACK) not in sys.path:
 import bench_run  # type: ignore[import-not-found]  # noqa: E402
 
 import numasched.cache.cache as cache_module  # noqa: E402
+import numasched.plugins.numaaware.plugin as numa_plugin_module  # noqa: E402
 import numasched.scheduler.actions.allocate as allocate_module  # noqa: E402
 import numasched.scheduler.framework.session as session_module  # noqa: E402
 import numasched.scheduler.framework.statement as statement_module  # noqa: E402
@@ -40,6 +42,8 @@ PHASES = (
     (allocate_module, "choose_node", "node choice (choose_node)"),
     (session_module.Session, "batch_node_order", "  of which batch scores"),
     (statement_module.Statement, "allocate", "placing (Statement.allocate)"),
+    # Inside node choice (a GPU set's quality score) and placing.
+    (numa_plugin_module, "allocate_admitted", "numa-aware's ids (allocate_admitted)"),
 )
 
 

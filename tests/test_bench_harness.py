@@ -281,6 +281,9 @@ def test_phase_breakdown_accounts_the_cycle(hack: None, capsys: pytest.CaptureFi
     # The phases are disjoint parts of the cycles (placing runs inside none of them).
     assert sum(float(rows[name][0]) for name in parts) + float(rows["placing (Statement.allocate)"][0]) <= cycle * 1.01
     assert int(rows["predicate scan (feasible_nodes)"][2].replace(",", "")) > 0
+    import numasched.plugins.numaaware.plugin as numa_plugin_module
     import numasched.scheduler.actions.allocate as allocate_module
 
     assert allocate_module.feasible_nodes.__name__ == "feasible_nodes"  # the timers are gone again
+    assert vars(numa_plugin_module)["allocate_admitted"].__name__ == "allocate_admitted"
+    assert "numa-aware's ids (allocate_admitted)" in rows

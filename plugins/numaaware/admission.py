@@ -114,8 +114,14 @@ def pod_request(task: TaskInfo) -> HintRequest:
 
 # -- free-resource bookkeeping between containers ---------------------------------------------------
 
+# What a pod may reuse before any of its containers ran (pools are never changed in place).
+_NOTHING_FREE = FreeResources()
+
 
 def _union(first: FreeResources, second: FreeResources) -> FreeResources:
+    if _holds_nothing(second) and _distinct_device_tuples(first):
+        # What the general case would build has first's very content.
+        return first
     devices = {
         resource: tuple(dict.fromkeys((*first.free_devices(resource), *second.free_devices(resource))))
         for resource in set(first.devices) | set(second.devices)
@@ -131,22 +137,45 @@ def _union(first: FreeResources, second: FreeResources) -> FreeResources:
     )
 
 
+def _holds_nothing(pool: FreeResources) -> bool:
+    return not pool.cpus and not pool.devices and not pool.memory
+
+
+def _distinct_device_tuples(pool: FreeResources) -> bool:
+    return all(type(ids) is tuple and len(set(ids)) == len(ids) for ids in pool.devices.values())
+
+
 def _take(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
     """The pool without what was assigned (memory: as much of it as the pool holds)."""
+    if not assigned:
+        return pool
     cpus = pool.cpus
-    devices = dict(pool.devices)
-    memory = {resource: dict(per_numa) for resource, per_numa in pool.memory.items()}
+    # Copied only when something of theirs is taken (pools are never changed in place).
+    devices: dict[str, tuple[str, ...]] | None = None
+    memory: dict[str, dict[int, int]] | None = None
     for resource, value in assigned.items():
         if isinstance(value, IdSet):
             cpus = cpus - value
         elif isinstance(value, tuple):
+            if devices is None:
+                devices = dict(pool.devices)
             taken = set(value)
             devices[resource] = tuple(device for device in pool.free_devices(resource) if device not in taken)
         else:
+            if memory is None:
+                memory = {resource: dict(per_numa) for resource, per_numa in pool.memory.items()}
             per_numa = memory.setdefault(resource, {})
             for numa, size in value.items():
                 per_numa[numa] = max(0, per_numa.get(numa, 0) - size)
-    return FreeResources(cpus, devices, memory, pool.memory_groups, pool.unknown, pool.unknown_pods, pool.dra)
+    return FreeResources(
+        cpus,
+        pool.devices if devices is None else devices,
+        pool.memory if memory is None else memory,
+        pool.memory_groups,
+        pool.unknown,
+        pool.unknown_pods,
+        pool.dra,
+    )
 
 
 def _add(pool: FreeResources, assigned: Mapping[str, Assigned]) -> FreeResources:
@@ -264,11 +293,18 @@ def _with_free(message: str, resources: Sequence[str], topology: NumaTopology, f
 # -- the walk ---------------------------------------------------------------------------------------
 
 
-def _assigned_numa(assigned: Mapping[str, Assigned], topology: NumaTopology) -> NumaMask:
+def _assigned_numa(
+    assigned: Mapping[str, Assigned], topology: NumaTopology, providers: Sequence[HintProvider] = ()
+) -> NumaMask:
     ids: set[int] = set()
+    cpu_provider = next((provider for provider in providers if isinstance(provider, CpuHintProvider)), None)
     for resource, value in assigned.items():
         if isinstance(value, IdSet):
-            ids.update(topology.cpu_info[cpu].numa for cpu in value if cpu in topology.cpu_info)
+            # By the CPU provider's shared index where it has one (no per-CPU lookups).
+            numa_ids = None if cpu_provider is None else cpu_provider.numa_nodes_of(topology, value)
+            if numa_ids is None:
+                numa_ids = {topology.cpu_info[cpu].numa for cpu in value if cpu in topology.cpu_info}
+            ids.update(numa_ids)
         elif isinstance(value, tuple):
             group = topology.devices.get(resource)
             if group is not None:
@@ -305,10 +341,12 @@ def _allocate(
 ) -> ProviderAllocation:
     assigned: ProviderAllocation = {}
     pool = free
-    for provider in providers:
+    last = len(providers) - 1
+    for position, provider in enumerate(providers):
         chosen = provider.allocate(request, hint, topology, pool)
         assigned.update(chosen)
-        pool = _take(pool, chosen)
+        if position < last:
+            pool = _take(pool, chosen)
     return assigned
 
 
@@ -428,10 +466,12 @@ def _walk(
     """Allocate the containers in the kubelet's order: each with fixed_hint when it is given (pod
     scope, or a hint already merged for the pod), else with its own merged hint."""
     available = free
-    reusable = FreeResources()
+    reusable = _NOTHING_FREE
     allocations: list[ContainerAllocation] = []
     touched = NumaMask()
-    for container in containers_in_order(task):
+    containers = containers_in_order(task)
+    last = len(containers) - 1
+    for position, container in enumerate(containers):
         request = container_request(task, container)
         pool = _union(available, reusable)
         if fixed_hint is not None:
@@ -447,11 +487,13 @@ def _walk(
             assigned = _allocate(request, hint, providers, topology, pool)
         except ProviderError as error:
             return Placement(False, f"{request.describe()}: {error}")
-        available = _memory_groups(_take(available, assigned), assigned)
-        reusable = _take(reusable, assigned)
-        if container.init and not container.sidecar:
-            reusable = _add(reusable, assigned)
-        numa = _assigned_numa(assigned, topology)
+        if position < last:
+            # What the next containers may use (nothing is left to use after the last one).
+            available = _memory_groups(_take(available, assigned), assigned)
+            reusable = _take(reusable, assigned)
+            if container.init and not container.sidecar:
+                reusable = _add(reusable, assigned)
+        numa = _assigned_numa(assigned, topology, providers)
         touched = touched | numa
         allocation = _container_allocation(container.name, assigned, numa)
         if allocation.cpuset or allocation.devices or allocation.memory:

@@ -13,14 +13,17 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import attrs
 import numpy as np
 import structlog
+from bitarray import bitarray, frozenbitarray
+from bitarray.util import count_and, zeros
 
 from numasched.api.hint import ResourceHints, TopologyHint
-from numasched.api.idset import IdSet
+from numasched.api.idset import IdSet, IdSetError
 from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.task import ContainerInfo, QosClass, pod_whole_cpus, whole_cpus
 from numasched.api.topology import CpuManagerPolicy, NumaTopology, TopologyScope
@@ -35,8 +38,9 @@ from numasched.plugins.numaaware.providers.cpu_assignment import (
     CpuAssignmentError,
     take_distributed,
     take_packed,
+    take_packed_bits,
 )
-from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
+from numasched.plugins.numaaware.providers.cpu_layout import CpuBitIndex, CpuLayout, CpuTopologyError
 from numasched.plugins.numaaware.providers.mask_table import MaskTable
 from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, TopologyMemo
 from numasched.scheduler.framework.arguments import PluginArgumentError, quote_value
@@ -129,10 +133,17 @@ class StaticPolicyOptions:
         """The node's cpuManagerPolicyOptions; `defaults` (plugin arguments) stand in for a node
         whose topology object does not report any (Volcano's exporter does not)."""
         reported = topology.policies.cpu_manager_options
+        if not reported and not defaults:
+            return _NO_OPTIONS
         options, problems = cls.parse(reported if reported else (defaults or {}))
         for problem in problems:
             log.debug("cpu manager options", node=topology.node_name, problem=problem)
         return options
+
+
+# What a node with no options (and no defaults) runs with: parse({}).
+_NO_OPTIONS = StaticPolicyOptions()
+_NO_CPUS = IdSet()
 
 
 @attrs.frozen(slots=True)
@@ -153,6 +164,11 @@ class CpuNodeIndex:
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
     # The masks as arrays (CPUs per mask as the totals).
     mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
+    # All CPUs of the layout (NumaTopology.all_cpus).
+    all_cpus: IdSet = attrs.field(kw_only=True, eq=False, repr=False)
+    # allocate_cpus' answers (IdSet) and its packed takes (frozenbitarray) by all they read besides
+    # the layout: nodes of one shape with the same CPUs free get the same CPUs.
+    choices: dict[Hashable, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def of(
@@ -185,21 +201,40 @@ class CpuNodeIndex:
             masks=tuple(masks),
             hints_by_counts=hints_by_counts,
             mask_table=MaskTable(masks, numa_ids),
+            all_cpus=IdSet(layout.info),
         )
+
+
+_CPU_ROW = attrgetter("cpu", "core", "socket", "numa", "l3")
+
+
+def cpu_rows_key(topology: NumaTopology) -> tuple[tuple[int, int, int, int, int], ...]:
+    """The topology's CPU rows as plain tuples: equal exactly when the rows are, and hashed and
+    compared without a Python call per row (a large machine has hundreds)."""
+    return tuple(map(_CPU_ROW, topology.cpus))
 
 
 def _check_available(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
+    _available_bits(layout, topology, available, count)
+
+
+def _available_bits(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> frozenbitarray:
+    """`available` as a mask of the layout's bits_index.size bits, once it is known to hold only
+    CPUs of the layout and at least `count` of them."""
     if count < 0:
         raise ValueError(f"node {topology.node_name}: cannot take a negative number of CPUs ({count})")
-    unknown = [cpu for cpu in available if cpu not in layout.info]
-    if unknown:
+    index = layout.bits_index
+    bits = available.bits
+    padded = bits if len(bits) >= index.size else bits + zeros(index.size - len(bits))
+    size = padded.count()
+    if len(padded) > index.size or count_and(padded, index.known) != size:
+        unknown = [cpu for cpu in available if cpu not in layout.info]
         raise CpuTopologyError(
             f"node {topology.node_name}: CPUs {IdSet(unknown).format()} are not in the node's topology"
         )
-    if count > len(available):
-        raise CpuAssignmentError(
-            f"not enough cpus available to satisfy request: requested={count}, available={len(available)}"
-        )
+    if count > size:
+        raise CpuAssignmentError(f"not enough cpus available to satisfy request: requested={count}, available={size}")
+    return padded
 
 
 def _check_smt(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
@@ -351,19 +386,98 @@ def allocate_cpus(
     options: StaticPolicyOptions,
     *,
     layout: CpuLayout | None = None,
+    memo: dict[Hashable, Any] | None = None,
 ) -> IdSet:
-    """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs)."""
+    """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs).
+
+    `memo`: answers kept by the caller for this layout (CpuNodeIndex.choices). The choice reads
+    the layout, the CPUs, the count, the affinity and the options; the checks before it also read
+    the topology's reserved CPUs, so they run first and a refusal is never remembered."""
     if layout is None:
         layout = CpuLayout.from_topology(topology)
-    _check_available(layout, topology, available, count)
+    key = (available, count, None if affinity is None else affinity.bits, options)
+    remembered = None if memo is None else memo.get(key)
+    if isinstance(remembered, IdSet):
+        # The availability checks passed when it was remembered and read nothing but the key and
+        # the layout; the SMT check reads the topology's reserved CPUs too, so it runs again.
+        if options.full_pcpus_only:
+            _check_smt(layout, topology, available, count)
+        return remembered
+    pool = _available_bits(layout, topology, available, count)
     if options.full_pcpus_only:
         _check_smt(layout, topology, available, count)
-    result = IdSet()
+    chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options, memo)
+    if memo is not None:
+        _remember(memo, key, chosen)
+    return chosen
+
+
+def _remember(memo: dict[Hashable, Any], key: Hashable, value: object) -> None:
+    if len(memo) >= _MAX_CHOICES:
+        memo.clear()
+    memo[key] = value
+
+
+# Distinct CPU choices kept per CpuNodeIndex before they are dropped and computed anew.
+_MAX_CHOICES = 4096
+
+
+def _choose_cpus(
+    layout: CpuLayout,
+    topology: NumaTopology,
+    available: IdSet,
+    pool: frozenbitarray,
+    count: int,
+    affinity: NumaMask | None,
+    options: StaticPolicyOptions,
+    memo: dict[Hashable, Any] | None = None,
+) -> IdSet:
+    """allocate_cpus once its checks passed (`pool`: `available` as the layout's bit mask).
+    `memo`: the layout's packed takes by their pool, count and option (a NUMA node's free CPUs
+    recur across nodes more often than the whole node's)."""
+    if options.distribute_cpus_across_numa:
+        result = IdSet()
+        if affinity is not None:
+            aligned = available & topology.cpus_in(affinity)
+            result = _take(layout, aligned, min(count, len(aligned)), options)
+        rest = _take(layout, available - result, count - len(result), options)
+        return result | rest
+    # Packed: the same two takes on bit masks (a take of nothing is skipped: it chooses nothing).
+    index = layout.bits_index
+    align = options.align_by_uncorecache
+    chosen: bitarray = zeros(index.size)
     if affinity is not None:
-        aligned = available & topology.cpus_in(affinity)
-        result = _take(layout, aligned, min(count, len(aligned)), options)
-    rest = _take(layout, available - result, count - len(result), options)
-    return result | rest
+        aligned_bits = pool & _numa_bits(index, affinity)
+        wanted = min(count, aligned_bits.count())
+        if wanted:
+            chosen = _take_packed(layout, aligned_bits, wanted, align, memo)
+    rest_count = count - chosen.count()
+    if rest_count:
+        chosen = chosen | _take_packed(layout, pool & ~chosen, rest_count, align, memo)
+    return IdSet.from_bits(chosen)
+
+
+def _take_packed(
+    layout: CpuLayout, pool: frozenbitarray, count: int, align: bool, memo: dict[Hashable, Any] | None
+) -> frozenbitarray:
+    if memo is None:
+        return frozenbitarray(take_packed_bits(layout, pool, count, align))
+    key = (pool, count, align)
+    chosen = memo.get(key)
+    if not isinstance(chosen, frozenbitarray):
+        chosen = frozenbitarray(take_packed_bits(layout, pool, count, align))
+        _remember(memo, key, chosen)
+    return chosen
+
+
+def _numa_bits(index: CpuBitIndex, affinity: NumaMask) -> bitarray:
+    """The CPUs of the mask's NUMA nodes (topology.cpus_in) as a mask of index.size bits."""
+    bits = zeros(index.size)
+    for numa in affinity.ids():
+        cpus = index.numa_masks.get(numa)
+        if cpus is not None:
+            bits |= cpus
+    return bits
 
 
 def _containers_in_order(request: HintRequest) -> list[ContainerInfo]:
@@ -392,13 +506,14 @@ class CpuHintProvider:
 
         def index_of(topology: NumaTopology) -> CpuNodeIndex:
             options = StaticPolicyOptions.of(topology, self.default_options)
+            rows = cpu_rows_key(topology)
 
             def build() -> CpuNodeIndex:
                 # Built from this topology, so a topology that cannot be read names its own node.
-                layout = layouts.get(topology.cpus, lambda: CpuLayout.from_topology(topology))
+                layout = layouts.get(rows, lambda: CpuLayout.from_topology(topology))
                 return CpuNodeIndex.of(topology, self.default_options, shared_hints, layout=layout, options=options)
 
-            return shared_indexes.get((topology.cpus, options), build)
+            return shared_indexes.get((rows, options), build)
 
         return TopologyMemo(index_of)
 
@@ -429,10 +544,36 @@ class CpuHintProvider:
         per_container = self.allocate_containers(request, best_hint, topology, free)
         if not per_container:
             return {}
+        if len(per_container) == 1:
+            return {"cpu": next(iter(per_container.values()))}
         chosen = IdSet()
         for cpus in per_container.values():
             chosen = chosen | cpus
         return {"cpu": chosen}
+
+    def _allocatable_cpus(self, topology: NumaTopology) -> IdSet:
+        """topology.allocatable_cpus, without reading every CPU row of a topology object seen for
+        the first time where its shape's index has them."""
+        try:
+            index = self.indexes.get(topology)
+        except (CpuTopologyError, IdSetError):
+            # The topology's own answer, or its own error.
+            return topology.allocatable_cpus
+        return index.all_cpus - topology.reserved_cpus
+
+    def numa_nodes_of(self, topology: NumaTopology, cpus: IdSet) -> set[int] | None:
+        """The NUMA nodes of these CPUs (those the topology lists), by the shape's index; None
+        where the topology has no index (its CPU rows cannot be read)."""
+        try:
+            index = self.indexes.get(topology).layout.bits_index
+        except (CpuTopologyError, IdSetError):
+            return None
+        bits = cpus.bits
+        if len(bits) > index.size:
+            bits = bits[: index.size]
+        elif len(bits) < index.size:
+            bits = bits + zeros(index.size - len(bits))
+        return {numa for numa, mask in index.numa_masks.items() if count_and(bits, mask)}
 
     def allocate_containers(
         self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
@@ -445,7 +586,7 @@ class CpuHintProvider:
         if topology.policies.cpu_manager_policy != CpuManagerPolicy.STATIC:
             return {}
         options = StaticPolicyOptions.of(topology)
-        available = free.cpus & topology.allocatable_cpus
+        available = free.cpus & self._allocatable_cpus(topology)
         if request.scope == TopologyScope.POD and request.containers:
             units = [
                 (container.name, container.init and not container.sidecar, whole_cpus(container.requests.milli_cpu))
@@ -455,9 +596,10 @@ class CpuHintProvider:
                 return {}
         else:
             units = [(request.container, False, guaranteed_cpus(request))]
-        reusable = IdSet()
+        reusable = _NO_CPUS
         result: dict[str, IdSet] = {}
-        for name, reusable_after, count in units:
+        last = len(units) - 1
+        for position, (name, reusable_after, count) in enumerate(units):
             if count == 0:
                 continue
             pool = available | reusable
@@ -470,23 +612,21 @@ class CpuHintProvider:
                     f"ids are unknown ({', '.join(free.unknown_pods.get('cpu', ()))})"
                 )
             try:
-                layout = self.indexes.get(topology).layout
-                cpus = allocate_cpus(topology, pool, count, best_hint.affinity, options, layout=layout)
+                index = self.indexes.get(topology)
+                cpus = allocate_cpus(
+                    topology, pool, count, best_hint.affinity, options, layout=index.layout, memo=index.choices
+                )
             except (CpuAssignmentError, CpuTopologyError) as error:
                 raise ProviderError(
                     f"cpu: cannot pick {count} exclusive CPUs for {request.describe()} of pod {request.pod} "
                     f"on node {topology.node_name}: {error}"
                 ) from error
-            available = available - cpus
-            reusable = (reusable | cpus) if reusable_after else (reusable - cpus)
             result[name] = cpus
-        if result:
-            log.debug(
-                "cpus chosen",
-                pod=request.pod,
-                node=topology.node_name,
-                cpus={name: cpus.format() for name, cpus in result.items()},
-            )
+            if position < last:
+                available = available - cpus
+                reusable = (reusable | cpus) if reusable_after else (reusable - cpus)
+        # No log line here: even a filtered one costs more than the rest of this method (the
+        # logger is built per call), and the chosen CPUs are in the pod's allocation.
         return result
 
 

@@ -404,6 +404,12 @@ def take_packed(layout: CpuLayout, available: Iterable[int], count: int, align_b
     return frozenset(_packed(acc, count, align_by_uncorecache).search(1))
 
 
+def take_packed_bits(layout: CpuLayout, pool: bitarray, count: int, align_by_uncorecache: bool) -> bitarray:
+    """take_packed on a mask of `layout.bits_index.size` bits whose CPUs the layout lists (the
+    caller checked), answered as such a mask."""
+    return _packed(CpuAccumulator.of_bits(layout, pool, count), count, align_by_uncorecache)
+
+
 def _packed_in(layout: CpuLayout, pool: bitarray, count: int) -> bitarray:
     return _packed(CpuAccumulator.of_bits(layout, pool, count), count, False)
 

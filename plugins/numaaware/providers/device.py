@@ -44,6 +44,7 @@ from numasched.plugins.numaaware.providers.base import (
     ProviderError,
 )
 from numasched.plugins.numaaware.providers.device_sets import (
+    DeviceChoices,
     NicAlignment,
     choose_devices,
     choose_nics,
@@ -65,6 +66,9 @@ DEFAULT_ACCELERATOR_RESOURCES = (
     "intel.com/gpu",
 )
 DEFAULT_NIC_RESOURCES = ("rdma/hca",)
+
+# Resource names HintRequest.amount reads from outside the request's scalars.
+_NOT_SCALARS = frozenset({"cpu", "memory"})
 
 # Plugin arguments read by device_provider_factory.
 ARG_DEVICE_RESOURCES = "device-resources"
@@ -149,6 +153,11 @@ def _shared_index_memo() -> TopologyMemo[dict[str, DeviceGroupIndex]]:
         return {resource: index_of(group, topology.numa_ids) for resource, group in topology.devices.items()}
 
     return TopologyMemo(indexes_of)
+
+
+def _choices_per_topology() -> TopologyMemo[dict[str, DeviceChoices]]:
+    """Per topology, its resources' DeviceChoices, each found on first use (DeviceProvider._choices)."""
+    return TopologyMemo(lambda topology: {})
 
 
 # Distinct (counts, request) answers kept per mask shape before they are dropped and computed anew.
@@ -261,9 +270,11 @@ def allocate_devices(
     free: Sequence[str],
     *,
     prefer: Mapping[str, int] | None = None,
+    memo: DeviceChoices | None = None,
 ) -> tuple[str, ...]:
     """The device ids for `request` devices of one resource inside (first) the hint's affinity.
 
+    `memo`: the resource's DeviceChoices on this node, when the caller keeps one.
     Raises ProviderError naming the resource and the shortfall."""
     group = topology.devices.get(resource)
     if group is None:
@@ -273,18 +284,25 @@ def allocate_devices(
         raise ProviderError(f"{resource}: {request} requested, {len(free_ids)} free on node {topology.node_name}")
     aligned, unaligned, without = split_by_affinity(group, free_ids, affinity)
     if len(aligned) >= request:
-        chosen = choose_devices(resource, request, aligned, topology, free=free_ids, prefer=prefer)
+        chosen = choose_devices(resource, request, aligned, topology, free=free_ids, prefer=prefer, memo=memo)
     else:
         # Every aligned device first (the alignment the topology manager promised), then the
         # nearest of the rest: devices on other NUMA nodes before devices without one.
         chosen = ()
         if len(aligned) + len(unaligned) >= request:
             chosen = choose_devices(
-                resource, request, unaligned, topology, free=free_ids, must_include=aligned, prefer=prefer
+                resource, request, unaligned, topology, free=free_ids, must_include=aligned, prefer=prefer, memo=memo
             )
         if not chosen:
             chosen = choose_devices(
-                resource, request, unaligned + without, topology, free=free_ids, must_include=aligned, prefer=prefer
+                resource,
+                request,
+                unaligned + without,
+                topology,
+                free=free_ids,
+                must_include=aligned,
+                prefer=prefer,
+                memo=memo,
             )
     if not chosen:
         partitions = f" within one of its {len(group.partitions)} partitions" if group.partitions else ""
@@ -322,6 +340,40 @@ class DeviceProvider:
     indexes: TopologyMemo[dict[str, DeviceGroupIndex]] = attrs.field(
         factory=_shared_index_memo, init=False, eq=False, repr=False
     )
+    # DeviceChoices per resource, per node topology (_choices), shared by content: topologies of one
+    # machine shape (and a node's successive topology objects) share them.
+    choices: TopologyMemo[dict[str, DeviceChoices]] = attrs.field(
+        factory=_choices_per_topology, init=False, eq=False, repr=False
+    )
+    shared_choices: ContentMemo[DeviceChoices] = attrs.field(factory=ContentMemo, init=False, eq=False, repr=False)
+    # The resources in name order, the order they are allocated in.
+    ordered_resources: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    @ordered_resources.default
+    def _ordered_resources(self) -> tuple[str, ...]:
+        return tuple(sorted(self.accelerator_resources | self.nic_resources))
+
+    def _requested(self, request: HintRequest) -> dict[str, int]:
+        """Devices asked for per resource (those asked for at all), in name order. A resource the
+        request does not name asks for none (HintRequest.amount), so only named ones are read."""
+        scalars = request.requests.scalars
+        return {
+            resource: count
+            for resource in self.ordered_resources
+            if (resource in scalars or resource in _NOT_SCALARS) and (count := requested_devices(request, resource)) > 0
+        }
+
+    def _choices(self, topology: NumaTopology, resource: str) -> DeviceChoices | None:
+        """The resource's DeviceChoices on this topology; only a resource allocated on the node
+        pays for reading its content (its device group and links)."""
+        found = self.choices.get(topology)
+        memo = found.get(resource)
+        if memo is None:
+            group = topology.devices.get(resource)
+            if group is None:
+                return None
+            memo = found[resource] = self.shared_choices.get(DeviceChoices.key(topology, group), DeviceChoices)
+        return memo
 
     @property
     def name(self) -> str:
@@ -333,10 +385,7 @@ class DeviceProvider:
 
     def hints(self, request: HintRequest, topology: NumaTopology, free: FreeResources) -> ResourceHints | None:
         result: ResourceHints = {}
-        for resource in sorted(self.resources):
-            count = requested_devices(request, resource)
-            if count == 0:
-                continue
+        for resource, count in self._requested(request).items():
             group = topology.devices.get(resource)
             if group is None:
                 # Not a device this node reports: the kubelet would have no topology for it.
@@ -356,11 +405,8 @@ class DeviceProvider:
     def allocate(
         self, request: HintRequest, best_hint: TopologyHint, topology: NumaTopology, free: FreeResources
     ) -> ProviderAllocation:
-        wanted = {
-            resource: count
-            for resource in sorted(self.resources)
-            if (count := requested_devices(request, resource)) > 0 and resource in topology.devices
-        }
+        requested = self._requested(request)
+        wanted = {resource: count for resource, count in requested.items() if resource in topology.devices}
         accelerators = [resource for resource in wanted if resource not in self.nic_resources]
         nics = [resource for resource in wanted if resource in self.nic_resources]
         free_nics = {resource: free.free_devices(resource) for resource in nics}
@@ -370,7 +416,13 @@ class DeviceProvider:
             prefer = nic_preference(topology, resource, nics, free_nics) if nics else None
             _check_unknown(resource, wanted[resource], free, topology)
             chosen = allocate_devices(
-                resource, wanted[resource], best_hint.affinity, topology, free.free_devices(resource), prefer=prefer
+                resource,
+                wanted[resource],
+                best_hint.affinity,
+                topology,
+                free.free_devices(resource),
+                prefer=prefer,
+                memo=self._choices(topology, resource),
             )
             chosen_accelerators[resource] = chosen
             result[resource] = chosen

@@ -28,7 +28,7 @@ choose_devices is the single entry point of the policy, so it can be swapped as 
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from numasched.api.topology import DeviceGroup, DeviceInfo, DeviceLink, NumaTopology, PcieDistance, derived_pcie
@@ -118,18 +118,58 @@ def choose_devices(
     must_include: Iterable[str] = (),
     prefer: Mapping[str, int] | None = None,
     exact_limit: int = EXACT_SEARCH_LIMIT,
+    memo: DeviceChoices | None = None,
 ) -> tuple[str, ...]:
     """The best `count` devices of `resource` drawn from must_include plus candidates.
 
     free: every free device of the resource on the node (candidates are usually the subset the
     NUMA hint allows); the choice keeps free devices outside the set well connected.
     prefer: a bonus per device, weighed after NVLinks and before the effect on the rest.
+    memo: answers kept by the caller for this device group and the links among its devices
+    (DeviceChoices); the choice reads nothing else of the node.
     Returns the ids in the node's device order, or () when no allowed set exists (too few
     candidates, or no partition holds the set).
     """
     group = topology.devices.get(resource)
     if group is None or count <= 0:
         return ()
+    if memo is None:
+        return _normalized_choice(resource, count, candidates, topology, group, free, must_include, prefer, exact_limit)
+    # The answer is a function of the arguments (and of what the memo stands for), so they are the
+    # key as given: no normalising before a remembered answer is found.
+    candidates, free, must_include = tuple(candidates), tuple(free), tuple(must_include)
+    key = (
+        resource,
+        count,
+        candidates,
+        free,
+        must_include,
+        tuple(sorted(prefer.items())) if prefer else (),
+        exact_limit,
+    )
+    chosen = memo.answers.get(key)
+    if chosen is None:
+        chosen = _normalized_choice(
+            resource, count, candidates, topology, group, free, must_include, prefer, exact_limit
+        )
+        if len(memo.answers) >= MAX_CHOICES:
+            memo.answers.clear()
+        memo.answers[key] = chosen
+    return chosen
+
+
+def _normalized_choice(
+    resource: str,
+    count: int,
+    candidates: Sequence[str],
+    topology: NumaTopology,
+    group: DeviceGroup,
+    free: Iterable[str],
+    must_include: Iterable[str],
+    prefer: Mapping[str, int] | None,
+    exact_limit: int,
+) -> tuple[str, ...]:
+    """choose_devices once the group is known: the ids in the group's order, deduplicated."""
     order = {device.id: index for index, device in enumerate(group.devices)}
     required = sorted({device_id for device_id in must_include if device_id in order}, key=order.__getitem__)
     pool = sorted({device_id for device_id in candidates if device_id in order} - set(required), key=order.__getitem__)
@@ -137,8 +177,51 @@ def choose_devices(
         return ()
     others = {device_id for device_id in free if device_id in order}
     universe = sorted(others | set(pool) | set(required), key=order.__getitem__)
-    scorer = _SetScorer(topology, group, universe, prefer or {})
-    blocks = [frozenset(order)] if not group.partitions else list(group.partitions)
+    return _choose(topology, group, count, required, pool, universe, prefer or {}, exact_limit)
+
+
+# Distinct device choices kept per DeviceChoices before they are dropped and computed anew.
+MAX_CHOICES = 4096
+
+
+class DeviceChoices:
+    """choose_devices' answers for one device group and the links among its devices.
+
+    What a choice reads of the node is the group (devices, partitions) and those links, so nodes
+    of one machine shape with the same devices free get the same devices; a table is shared by
+    that content (DeviceChoices.key)."""
+
+    __slots__ = ("__weakref__", "answers")
+
+    def __init__(self) -> None:
+        self.answers: dict[Hashable, tuple[str, ...]] = {}
+
+    @staticmethod
+    def key(topology: NumaTopology, group: DeviceGroup) -> Hashable:
+        """The content a choice among the group's devices reads: the group and its own links."""
+        resource = group.resource
+        # The links as plain tuples, compared without a Python call per link.
+        links = sorted(
+            (pair, link.nvlinks, link.nvswitch, link.pcie)
+            for pair, link in topology.links.items()
+            if pair[0][0] == resource and pair[1][0] == resource
+        )
+        return (group, tuple(links))
+
+
+def _choose(
+    topology: NumaTopology,
+    group: DeviceGroup,
+    count: int,
+    required: list[str],
+    pool: list[str],
+    universe: list[str],
+    prefer: Mapping[str, int],
+    exact_limit: int,
+) -> tuple[str, ...]:
+    """choose_devices over required, pool and universe (in the group's order, deduplicated)."""
+    scorer = _SetScorer(topology, group, universe, prefer)
+    blocks = [frozenset(group.by_id)] if not group.partitions else list(group.partitions)
     best: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     for block in blocks:
         if not set(required) <= block:
