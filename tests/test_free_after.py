@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_numa_plugin_admission import machine_node
+from test_numa_plugin_admission import container_object, machine_node, pod
 
 from numasched.api.allocation import ContainerAllocation, PodAllocation
 from numasched.api.idset import IdSet
@@ -16,7 +16,9 @@ from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.numamask import NumaMask
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo
+from numasched.plugins.numaaware.plugin import NumaAwarePlugin
 from numasched.plugins.numaaware.providers.base import free_after, free_resources
+from numasched.scheduler.framework.arguments import Arguments
 
 GPU = "nvidia.com/gpu"
 GIB = 1 << 30
@@ -117,3 +119,28 @@ def test_a_replaced_allocation_or_a_clone_records_no_step() -> None:
     node.tasks["a"].allocation = second
     node.replace_allocation(first, second)
     assert node.numa_step is None
+
+
+def test_nodes_of_one_class_given_one_allocation_share_the_state_after_and_admit_as_read_afresh() -> None:
+    shared = NumaAwarePlugin(Arguments({"devices": [GPU]}, plugin="numa-aware"))
+    task = pod([container_object("main", "8", 16, 2, 0, guaranteed=True)], uid="probe")
+    nodes = [machine_node("dgx-a100", f"n{i}") for i in range(4)]
+    for node in nodes:
+        assert shared.predicate(task, node).passed
+    # One completed admission's allocation object, placed on every node of the class (as the
+    # plugin's memo of completed admissions does); then another pod asks each node again.
+    allocation = PodAllocation(
+        (ContainerAllocation("main", cpuset=IdSet(range(0, 16)), devices={GPU: ("0", "1")}, memory={}),)
+    )
+    other = PodAllocation((ContainerAllocation("main", cpuset=IdSet(range(16, 32)), devices={GPU: ("6", "7")}),))
+    for number, node in enumerate(nodes):
+        # The last node of the class gets another allocation: it has a successor of its own.
+        place(node, f"placed-{number}", allocation if number < 3 else other)
+    second = pod([container_object("main", "8", 16, 6, 0, guaranteed=True)], uid="second")
+    answers = [shared.predicate(second, node) for node in nodes]
+    assert len(shared.tables.successors) == 2
+    # The oracle: a plugin with tables of its own, reading each node afresh.
+    for node, answer in zip(nodes, answers, strict=True):
+        fresh = NumaAwarePlugin(Arguments({"devices": [GPU]}, plugin="numa-aware"))
+        assert answer == fresh.predicate(second, node)
+        assert shared._admissions[node.name].free == free_resources(node)

@@ -643,12 +643,31 @@ class NumaAwarePlugin:
                 return state
             step = node.numa_step
             if step is not None and step.before == state.generation and step.after == node.numa_generation:
-                # One allocation joined the ledger since (a pod placed here): derived, not re-read.
-                free = free_after(state.free, step.added)
-        if free is None:
-            free = free_resources(node)
+                # One allocation joined the ledger since (a pod placed here): the state follows
+                # from the one before, as on every node of its class given the same allocation.
+                return self._successor(node, state, step.added)
+        free = free_resources(node)
         class_id = self.tables.class_id(self.fingerprints.get(topology), free_key(free))
         state = _NodeState(node.numa_generation, topology, free, class_id)
+        self._admissions[node.name] = state
+        return state
+
+    def _successor(self, node: NodeInfo, before: _NodeState, added: PodAllocation) -> _NodeState:
+        """The node's state once `added` joined its ledger, from its state before: kept per (class
+        before, allocation object), since a class names the free resources exactly and one
+        allocation object (a completed admission) is placed on many nodes of a class."""
+        key = (before.class_id, id(added))
+        known = self.tables.successors.get(key)
+        if known is not None and known[0] is added:
+            free, class_id = known[1], known[2]
+        else:
+            derived = free_after(before.free, added)
+            free = derived if derived is not None else free_resources(node)
+            class_id = self.tables.class_id(self.fingerprints.get(before.topology), free_key(free))
+            if derived is not None:
+                # The allocation is kept with its entry, so its id names it for as long as the entry lives.
+                self.tables.successors[key] = (added, free, class_id)
+        state = _NodeState(node.numa_generation, before.topology, free, class_id)
         self._admissions[node.name] = state
         return state
 
@@ -1020,6 +1039,9 @@ class AdmissionTables:
         self.completed: dict[tuple[int, int], Placement] = {}
         # Link quality of the device sets chosen per class, shape and device resources.
         self.qualities: dict[tuple[int, int, tuple[str, ...]], tuple[int, int, int] | None] = {}
+        # A class's successor once an allocation is added (the allocation object, the free
+        # resources and class after): NumaAwarePlugin._successor.
+        self.successors: dict[tuple[int, int], tuple[PodAllocation, FreeResources, int]] = {}
         # Which request decides a pod shape on a machine content (admission.unit_plan).
         self.unit_plans: dict[tuple[int, TopologyFingerprint], UnitPlan | None] = {}
         # The same per device state (_device_state): nodes alike but for their CPUs share it.
@@ -1057,8 +1079,11 @@ class AdmissionTables:
             self.equivalent.clear()
             self.completed.clear()
             self.unit_plans.clear()
+            self.successors.clear()
             self.qualities.clear()
             self.device_qualities.clear()
+        if len(self.successors) > self.MAX_CLASSES:
+            self.successors.clear()
         if len(self.admissions) > self.MAX_NODES:
             self.admissions.clear()
         if len(self.device_qualities) > self.MAX_CLASSES:
