@@ -361,6 +361,8 @@ class NumaAwarePlugin:
         self._restricting = None
         self._own_state = CycleState("")
         self._own_task = None
+        # The last pod's data holds its candidates, nodes of the session's snapshot.
+        self._pod_state = self._pod_data = None
         self.tables.trim()
 
     def check_hint_providers(self, factories: Mapping[str, Callable[..., object]]) -> None:
@@ -637,7 +639,6 @@ class NumaAwarePlugin:
         (numa_usage) and on the pod's shape: pods of one shape (the replicas of a job) reuse it
         while the node is as it was, and nodes alike share it."""
         state = self._admissions.get(node.name)
-        free: FreeResources | None = None
         if state is not None and state.topology is topology:
             if state.generation == node.numa_generation:
                 return state
