@@ -570,9 +570,11 @@ class NumaAwarePlugin:
             outcome = self._exclusive(task, subject, node, topology, state.free, policy, outcome)
             if isinstance(outcome, Status):
                 return outcome
-        apart = self._apart_from_group(task, subject, node, topology, state.free, policy, outcome)
-        if apart is not None:
-            return apart
+        if self._restricting is not False:
+            # Once known that no plugin of the session restricts placement, not asked per node.
+            apart = self._apart_from_group(task, subject, node, topology, state.free, policy, outcome)
+            if apart is not None:
+                return apart
         pod.decided[node.name] = _Decision(
             outcome,
             state.free,
