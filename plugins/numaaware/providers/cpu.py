@@ -332,16 +332,21 @@ def cpu_hint_table(
     if index is None:
         index = CpuNodeIndex.of(topology)
     layout = index.layout
-    reusable = reusable or IdSet()
-    available = (free_cpus & topology.allocatable_cpus) - reusable
+    reusable = reusable or _NO_CPUS
+    available = free_cpus & topology.allocatable_cpus
+    if reusable:
+        available = available - reusable
     if index.options.full_pcpus_only:
         if request_cpus % layout.cpus_per_core != 0:
             return ()
         available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
 
     free_per_numa = {numa: cpus.count_common(available) for numa, cpus in index.cpus_by_numa.items()}
-    reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
-    reused = len(reusable)
+    if reusable:
+        reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
+        reused = len(reusable)
+    else:
+        reusable_bits = reused = 0
     counts = (tuple(free_per_numa.values()), request_cpus, reusable_bits, reused, unknown)
     known = index.hints_by_counts.get(counts)
     if known is None:
@@ -352,6 +357,9 @@ def cpu_hint_table(
         )
     return known
 
+
+# No CPUs to use again (a pod without finished init containers): one empty set, not one per call.
+_NO_CPUS = IdSet()
 
 # Distinct (counts, request) answers kept per topology before they are dropped and computed anew.
 _MAX_HINTS_BY_COUNTS = 4096
