@@ -260,6 +260,13 @@ class NumaTopology:
         return IdSet(info.cpu for info in self.cpus)
 
     @cached_property
+    def cpu_rows(self) -> tuple[tuple[int, int, int, int, int], ...]:
+        """The CPU rows as plain (cpu, core, socket, numa, l3) tuples, built once per topology: equal
+        exactly when the rows are, and hashed and compared without a Python call per row, so keys
+        holding them (topology_shape_key, the CPU provider's tables) are cheap on large machines."""
+        return tuple((info.cpu, info.core, info.socket, info.numa, info.l3) for info in self.cpus)
+
+    @cached_property
     def allocatable_cpus(self) -> IdSet:
         """CPUs the static CPU manager may hand out exclusively."""
         return self.all_cpus - self.reserved_cpus
@@ -330,7 +337,7 @@ def topology_shape_key(topology: NumaTopology) -> tuple[object, ...]:
     """The machine and its kubelet: every field but the node's name and the availability."""
     return (
         topology.numa_ids,
-        topology.cpus,
+        topology.cpu_rows,
         tuple((numa, tuple(row.items())) for numa, row in topology.distances.items()),
         tuple((resource, tuple(per_numa.items())) for resource, per_numa in topology.memory.items()),
         tuple(topology.devices.items()),

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -205,13 +204,10 @@ class CpuNodeIndex:
         )
 
 
-_CPU_ROW = attrgetter("cpu", "core", "socket", "numa", "l3")
-
-
 def cpu_rows_key(topology: NumaTopology) -> tuple[tuple[int, int, int, int, int], ...]:
     """The topology's CPU rows as plain tuples: equal exactly when the rows are, and hashed and
     compared without a Python call per row (a large machine has hundreds)."""
-    return tuple(map(_CPU_ROW, topology.cpus))
+    return topology.cpu_rows
 
 
 def _check_available(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
