@@ -31,7 +31,7 @@ import yaml
 from numasched.api.numamask import NumaMask
 from numasched.api.topology import DeviceGroup, NumaTopology
 from numasched.cache.device_topology import machine_device_topology
-from numasched.plugins.numaaware.providers.device import allocate_devices, device_hints, split_by_affinity
+from numasched.plugins.numaaware.providers.device import allocate_devices, device_hint_table, split_by_affinity
 from numasched.plugins.numaaware.providers.device_sets import pair_weight
 
 GPU = "nvidia.com/gpu"
@@ -52,7 +52,7 @@ def machine_topology(path: Path = MACHINE, node_name: str = "dgx1") -> NumaTopol
 
 
 def _best_affinity(group: DeviceGroup, topology: NumaTopology, free: tuple[str, ...], count: int) -> NumaMask | None:
-    hints = device_hints(group, topology.numa_ids, free, count)
+    hints = device_hint_table(group, topology.numa_ids, free, count)
     if not hints:
         return None
     preferred = [hint for hint in hints if hint.preferred]

@@ -30,7 +30,7 @@ from numasched.api.topology import (
 from numasched.cache.cache import Cache
 from numasched.cache.events import EventType, ObjectEvent
 from numasched.conf.loader import ConfigError, load_config_text
-from numasched.plugins.numaaware.providers.cpu import cpu_hints
+from numasched.plugins.numaaware.providers.cpu import cpu_hint_table
 from numasched.scheduler.builtin import default_registry
 
 GPU = "nvidia.com/gpu"
@@ -115,7 +115,7 @@ def test_preferred_cpu_hints_follow_the_node_not_what_is_free() -> None:
     # is not preferred: one NUMA node of the machine has 4 CPUs (the kubelet counts every CPU of a
     # mask), even though no single NUMA node has 4 free now.
     topology = small_topology(reserved_cpus=IdSet(), available_cpus=IdSet.parse("0-1,4-6"))
-    hints = cpu_hints(topology, node_with(topology).free_cpus(), 4)
+    hints = cpu_hint_table(topology, node_with(topology).free_cpus(), 4)
     assert [(hint.affinity, hint.preferred) for hint in hints] == [(NumaMask.from_ids([0, 1]), False)]
 
 

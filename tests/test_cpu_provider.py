@@ -23,7 +23,7 @@ from numasched.plugins.numaaware.providers.base import (
 from numasched.plugins.numaaware.providers.cpu import (
     CpuHintProvider,
     StaticPolicyOptions,
-    cpu_hints,
+    cpu_hint_table,
     cpu_provider_factory,
     guaranteed_cpus,
 )
@@ -99,35 +99,35 @@ def container(name: str, milli_cpu: float, init: bool = False, sidecar: bool = F
     ],
 )
 def test_hints_match_kubelet(free: str, count: int, expected: list[TopologyHint]) -> None:
-    assert cpu_hints(dual_socket_ht(), ids(free), count) == expected
+    assert list(cpu_hint_table(dual_socket_ht(), ids(free), count)) == expected
 
 
 def test_reserved_cpus_are_not_free_but_count_for_the_narrowest_mask() -> None:
     # NUMA 0 has 6 CPUs (one reserved): a 6-CPU request could fit one NUMA node of the machine, so
     # one-node masks stay the preferred width, but only NUMA 1 can actually give 6.
-    assert cpu_hints(dual_socket_ht(reserved="0"), ids("0-11"), 6) == [hint((1,), True), hint((0, 1), False)]
+    assert list(cpu_hint_table(dual_socket_ht(reserved="0"), ids("0-11"), 6)) == [hint((1,), True), hint((0, 1), False)]
 
 
 def test_reusable_cpus_pin_the_mask() -> None:
     # CPU 1 (NUMA 1) is already the pod's: NUMA 0 alone can no longer be a hint.
-    hints = cpu_hints(dual_socket_ht(), ids("0,2,3,4,6,8,10"), 2, reusable=ids("1"))
+    hints = list(cpu_hint_table(dual_socket_ht(), ids("0,2,3,4,6,8,10"), 2, reusable=ids("1")))
     assert hints == [hint((1,), True), hint((0, 1), False)]
-    hints = cpu_hints(dual_socket_ht(), ids("0,2,4,6,8,10"), 2, reusable=ids("1"))
+    hints = list(cpu_hint_table(dual_socket_ht(), ids("0,2,4,6,8,10"), 2, reusable=ids("1")))
     assert hints == [hint((0, 1), False)]
 
 
 def test_full_pcpus_only_counts_whole_free_cores() -> None:
     smt = dual_socket_ht(options={"full-pcpus-only": "true"})
     # NUMA 0 has 5 free CPUs but only 2 whole cores (0/6 and 2/8).
-    assert cpu_hints(smt, ids("0,2,4,6,8,1,3,5,7,9,11"), 6) == [hint((1,), True), hint((0, 1), False)]
-    assert cpu_hints(smt, ids("0-11"), 3) == []
+    assert list(cpu_hint_table(smt, ids("0,2,4,6,8,1,3,5,7,9,11"), 6)) == [hint((1,), True), hint((0, 1), False)]
+    assert list(cpu_hint_table(smt, ids("0-11"), 3)) == []
 
 
 def test_multi_numa_hints_prefer_single_numa() -> None:
-    hints = cpu_hints(multi_numa_ht(), ids("0-79"), 20)
+    hints = list(cpu_hint_table(multi_numa_ht(), ids("0-79"), 20))
     assert [h for h in hints if h.preferred] == [hint((n,), True) for n in range(4)]
     assert len(hints) == 15
-    hints = cpu_hints(multi_numa_ht(), ids("0-79"), 30)
+    hints = list(cpu_hint_table(multi_numa_ht(), ids("0-79"), 30))
     assert {h.affinity for h in hints if h.preferred} == {NumaMask.of(a, b) for a in range(4) for b in range(a + 1, 4)}
 
 
@@ -280,7 +280,7 @@ def free_sets(draw: st.DrawFn) -> tuple[NumaTopology, IdSet, int]:
 @given(free_sets())
 def test_allocation_with_best_hint_uses_fewest_numa_nodes(case: tuple[NumaTopology, IdSet, int]) -> None:
     shape, free, count = case
-    hints = cpu_hints(shape, free, count)
+    hints = list(cpu_hint_table(shape, free, count))
     assert hints, "the whole machine always fits a request no larger than its free CPUs"
     best = min(
         hints,

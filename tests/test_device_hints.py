@@ -17,7 +17,7 @@ from numasched.plugins.numaaware.providers.base import FreeResources, HintProvid
 from numasched.plugins.numaaware.providers.device import (
     DeviceProvider,
     allocate_devices,
-    device_hints,
+    device_hint_table,
     device_provider_factory,
 )
 from numasched.plugins.numaaware.providers.device_sets import NicAlignment
@@ -52,40 +52,40 @@ PCIE_GPUS = PCIE.devices[GPU]
 
 
 def test_three_plus_one_free_gives_only_a_non_preferred_two_numa_hint() -> None:
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 7), 4) == [hint(0, 1, preferred=False)]
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 7), 4) == (hint(0, 1, preferred=False),)
 
 
 def test_volcano_4998_node_b_gets_a_preferred_single_numa_hint_node_a_none() -> None:
-    node_a = device_hints(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 7), 4)
-    node_b = device_hints(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 3), 4)
-    assert node_b == [hint(0, preferred=True), hint(0, 1, preferred=False)]
+    node_a = device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 7), 4)
+    node_b = device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 3), 4)
+    assert node_b == (hint(0, preferred=True), hint(0, 1, preferred=False))
     assert node_a is not None and not any(entry.preferred for entry in node_a)
     # The issue's own node B has GPUs 0-5 free: still a single preferred hint, on NUMA 0.
-    issue_b = device_hints(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 3, 4, 5), 4)
-    assert issue_b == [hint(0, preferred=True), hint(0, 1, preferred=False)]
+    issue_b = device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 3, 4, 5), 4)
+    assert issue_b == (hint(0, preferred=True), hint(0, 1, preferred=False))
 
 
 def test_hints_on_an_empty_node_per_request_size() -> None:
     all_free = ids(*range(8))
-    both = [hint(0, preferred=True), hint(1, preferred=True), hint(0, 1, preferred=False)]
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, all_free, 1) == both
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, all_free, 4) == both
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, all_free, 5) == [hint(0, 1, preferred=True)]
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, all_free, 8) == [hint(0, 1, preferred=True)]
+    both = (hint(0, preferred=True), hint(1, preferred=True), hint(0, 1, preferred=False))
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, all_free, 1) == both
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, all_free, 4) == both
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, all_free, 5) == (hint(0, 1, preferred=True),)
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, all_free, 8) == (hint(0, 1, preferred=True),)
 
 
 def test_request_above_free_cannot_be_satisfied_and_zero_is_not_handled() -> None:
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2), 4) == []
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, ids(*range(8)), 9) == []
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, ids(*range(8)), 0) is None
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2), 4) == ()
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(*range(8)), 9) == ()
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(*range(8)), 0) is None
 
 
 def test_preference_counts_the_nodes_total_devices_including_used_and_unhealthy() -> None:
     # GPU 3 unhealthy (not free), 4 free on NUMA 1: NUMA 1 alone is preferred, NUMA 0 has 3.
-    assert device_hints(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 4, 5, 6, 7), 4) == [
+    assert device_hint_table(PCIE_GPUS, PCIE.numa_ids, ids(0, 1, 2, 4, 5, 6, 7), 4) == (
         hint(1, preferred=True),
         hint(0, 1, preferred=False),
-    ]
+    )
 
 
 def test_devices_without_numa_count_in_no_mask() -> None:
@@ -93,19 +93,19 @@ def test_devices_without_numa_count_in_no_mask() -> None:
         resource=GPU,
         devices=(DeviceInfo("a", 0), DeviceInfo("b", None), DeviceInfo("c", 1)),
     )
-    assert device_hints(group, (0, 1), ("a", "b", "c"), 1) == [
+    assert device_hint_table(group, (0, 1), ("a", "b", "c"), 1) == (
         hint(0, preferred=True),
         hint(1, preferred=True),
         hint(0, 1, preferred=False),
-    ]
-    assert device_hints(group, (0, 1), ("a", "b", "c"), 2) == [hint(0, 1, preferred=True)]
+    )
+    assert device_hint_table(group, (0, 1), ("a", "b", "c"), 2) == (hint(0, 1, preferred=True),)
     # Three free, but no mask holds three devices with NUMA information.
-    assert device_hints(group, (0, 1), ("a", "b", "c"), 3) == []
+    assert device_hint_table(group, (0, 1), ("a", "b", "c"), 3) == ()
 
 
 def test_no_numa_information_at_all_means_no_preference() -> None:
     group = DeviceGroup(resource=GPU, devices=(DeviceInfo("a", None), DeviceInfo("b", None)))
-    assert device_hints(group, (0, 1), ("a", "b"), 2) is None
+    assert device_hint_table(group, (0, 1), ("a", "b"), 2) is None
 
 
 def test_partitions_confine_hints() -> None:
@@ -116,12 +116,12 @@ def test_partitions_confine_hints() -> None:
         partitions=(frozenset(ids(0, 1, 2, 3)), frozenset(ids(4, 5, 6, 7))),
     )
     all_free = ids(*range(8))
-    assert device_hints(partitioned, base.numa_ids, all_free, 8) == []
-    four = device_hints(partitioned, base.numa_ids, all_free, 4)
+    assert device_hint_table(partitioned, base.numa_ids, all_free, 8) == ()
+    four = device_hint_table(partitioned, base.numa_ids, all_free, 4)
     assert four is not None
     # GPUs 0-3 sit on NUMA 3 and 1, GPUs 4-7 on NUMA 7 and 5: those pairs are the narrowest masks.
     assert [entry.affinity for entry in four if entry.preferred] == [NumaMask.of(1, 3), NumaMask.of(5, 7)]
-    unpartitioned = device_hints(base.devices[GPU], base.numa_ids, all_free, 8) or []
+    unpartitioned = device_hint_table(base.devices[GPU], base.numa_ids, all_free, 8) or ()
     assert [entry.affinity for entry in unpartitioned if entry.preferred] == [NumaMask.of(1, 3, 5, 7)]
 
 

@@ -18,7 +18,7 @@ from numasched.api.task import QosClass
 from numasched.api.topology import DeviceGroup, DeviceInfo, DeviceLink, NumaTopology, PcieDistance, link_key
 from numasched.cache.device_topology import machine_device_topology
 from numasched.plugins.numaaware.providers.base import FreeResources, HintRequest, ProviderError
-from numasched.plugins.numaaware.providers.device import DeviceProvider, device_hints
+from numasched.plugins.numaaware.providers.device import DeviceProvider, device_hint_table
 from numasched.plugins.numaaware.providers.device_sets import (
     NicAlignment,
     SetQuality,
@@ -50,7 +50,7 @@ def place(name: str, count: int, used: tuple[str, ...] = ()) -> tuple[str, ...]:
     """What a pod asking for `count` GPUs gets: the kubelet's best hint, then our choice in it."""
     node = TOPOLOGIES[name]
     free = tuple(device.id for device in node.devices[GPU].devices if device.id not in used)
-    hints = device_hints(node.devices[GPU], node.numa_ids, free, count)
+    hints = device_hint_table(node.devices[GPU], node.numa_ids, free, count)
     assert hints, f"{count} GPUs do not fit {name} with {used} used"
     best = ([entry for entry in hints if entry.preferred] or hints)[0]
     request = HintRequest("default/p", "c", Resource.from_list({GPU: count}), QosClass.GUARANTEED)

@@ -20,8 +20,8 @@ from numasched.api.numamask import NumaMask, iterate_masks
 from numasched.api.topology import CpuInfo, DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
 from numasched.plugins.numaaware.admission import MergeMemo, _merge
 from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge
-from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hint_table, cpu_hints
-from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hints
+from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hint_table
+from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hint_table
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
 
 Scenario = tuple[list[int], list[ResourceHints | None], dict[int, dict[int, int]]]
@@ -181,7 +181,7 @@ def test_cpu_hints_with_a_kept_index_equal_a_fresh_build() -> None:
     index = CpuNodeIndex.of(topology)
     for free in ["0-7", "0,2,4", "1,3", "5"]:
         for count in range(1, 6):
-            assert cpu_hints(topology, IdSet.parse(free), count, index=index) == cpu_hints(
+            assert cpu_hint_table(topology, IdSet.parse(free), count, index=index) == cpu_hint_table(
                 topology, IdSet.parse(free), count
             )
 
@@ -205,15 +205,15 @@ def device_cases(draw: st.DrawFn) -> tuple[DeviceGroup, list[str], int]:
 def test_device_hints_count_devices_per_mask_and_partition(case: tuple[DeviceGroup, list[str], int]) -> None:
     group, free, request = case
     numa_ids = [0, 1, 2, 3]
-    actual = device_hints(group, numa_ids, free, request, index=DeviceGroupIndex.of(group, numa_ids))
-    assert actual == device_hints(group, numa_ids, free, request)
+    actual = device_hint_table(group, numa_ids, free, request, index=DeviceGroupIndex.of(group, numa_ids))
+    assert actual == device_hint_table(group, numa_ids, free, request)
     # Reference: count, for every mask, the devices of each partition whose NUMA node is in it.
     if request <= 0 or all(device.numa is None for device in group.devices):
         assert actual is None
         return
     free_ids = {device_id for device_id in free if device_id in group.by_id}
     if len(free_ids) < request:
-        assert actual == []
+        assert actual == ()
         return
     blocks = list(group.partitions) or [frozenset(group.by_id)]
 
@@ -226,7 +226,7 @@ def test_device_hints_count_devices_per_mask_and_partition(case: tuple[DeviceGro
     masks = list(iterate_masks(numa_ids))
     every = set(group.by_id)
     narrowest = min((mask.count() for mask in masks if most_in(mask, every) >= request), default=len(numa_ids))
-    expected = [TopologyHint(m, m.count() == narrowest) for m in masks if most_in(m, free_ids) >= request]
+    expected = tuple(TopologyHint(m, m.count() == narrowest) for m in masks if most_in(m, free_ids) >= request)
     assert actual == expected
 
 

@@ -44,9 +44,9 @@ from numasched.plugins.numaaware.plugin import (
     topology_fingerprint,
 )
 from numasched.plugins.numaaware.providers import cpu_layout
-from numasched.plugins.numaaware.providers.cpu import CpuHintProvider, CpuNodeIndex, cpu_hints
+from numasched.plugins.numaaware.providers.cpu import CpuHintProvider, CpuNodeIndex, cpu_hint_table
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout, CpuTopologyError
-from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, DeviceProvider, device_hints
+from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, DeviceProvider, device_hint_table
 from numasched.plugins.numaaware.providers.topology_memo import ContentMemo
 
 GPU = "nvidia.com/gpu"
@@ -149,8 +149,8 @@ def test_cpu_hints_read_through_a_shared_index_equal_a_fresh_build(
     assert len({id(provider.indexes.get(topology)) for topology, _ in nodes}) == 1
     for node_number, request in calls:
         topology, free = nodes[node_number]
-        shared = cpu_hints(topology, free, request, index=provider.indexes.get(topology))
-        fresh = cpu_hints(topology, free, request, index=CpuNodeIndex.of(topology))
+        shared = cpu_hint_table(topology, free, request, index=provider.indexes.get(topology))
+        fresh = cpu_hint_table(topology, free, request, index=CpuNodeIndex.of(topology))
         assert shared == fresh, (topology.node_name, request)
 
 
@@ -188,8 +188,8 @@ def test_device_hints_read_through_a_shared_index_equal_a_fresh_build(data: st.D
         free = data.draw(st.lists(st.sampled_from(ids), unique=True), label="free")
         request = data.draw(st.integers(1, 8), label="request")
         group = topology.devices[GPU]
-        shared = device_hints(group, topology.numa_ids, free, request, index=provider.indexes.get(topology)[GPU])
-        fresh = device_hints(
+        shared = device_hint_table(group, topology.numa_ids, free, request, index=provider.indexes.get(topology)[GPU])
+        fresh = device_hint_table(
             group, topology.numa_ids, free, request, index=DeviceGroupIndex.of(group, topology.numa_ids)
         )
         assert shared == fresh

@@ -51,7 +51,7 @@ __all__ = [
     "CpuTopologyError",
     "SmtAlignmentError",
     "StaticPolicyOptions",
-    "cpu_hints",
+    "cpu_hint_table",
     "cpu_provider_factory",
     "guaranteed_cpus",
     "take_by_topology",
@@ -156,7 +156,7 @@ class CpuNodeIndex:
     cpus_by_numa: dict[int, IdSet]
     # Every NUMA mask over numa_ids (iterate_masks order), its ids, and all CPUs it holds.
     masks: tuple[tuple[NumaMask, tuple[int, ...], int], ...]
-    # cpu_hints' answers by all they read besides the masks: free CPUs per NUMA node, the
+    # cpu_hint_table's answers by all they read besides the masks: free CPUs per NUMA node, the
     # request, the reused CPUs and the unknown holdings. Shared by every index of equal masks
     # (CPUs per mask), so nodes of one shape at equal counts (most of a cluster) compute them once
     # whichever CPUs are free.
@@ -291,19 +291,6 @@ def guaranteed_cpus(request: HintRequest) -> int:
 # -- hints ------------------------------------------------------------------------------------------
 
 
-def cpu_hints(
-    topology: NumaTopology,
-    free_cpus: IdSet,
-    request_cpus: int,
-    reusable: IdSet | None = None,
-    *,
-    index: CpuNodeIndex | None = None,
-    unknown: int = 0,
-) -> list[TopologyHint]:
-    """The kubelet's CPU topology hints for `request_cpus` exclusive CPUs (cpu_hint_table)."""
-    return list(cpu_hint_table(topology, free_cpus, request_cpus, reusable, index=index, unknown=unknown))
-
-
 def cpu_hint_table(
     topology: NumaTopology,
     free_cpus: IdSet,
@@ -369,7 +356,7 @@ def _hints_for_counts(
     reused: int,
     unknown: int,
 ) -> tuple[TopologyHint, ...]:
-    """cpu_hints from the free CPUs per NUMA node: every mask that holds the reused CPUs and
+    """cpu_hint_table from the free CPUs per NUMA node: every mask that holds the reused CPUs and
     enough free ones, preferred when no narrower mask holds the request (MaskTable)."""
     table = index.mask_table
     free = np.fromiter((free_per_numa[numa] for numa in table.numa_ids), dtype=np.int64, count=len(table.numa_ids))

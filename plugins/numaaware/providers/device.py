@@ -88,14 +88,14 @@ def _numa_ids(group: DeviceGroup, ids: Iterable[str]) -> list[int | None]:
 
 @attrs.frozen(slots=True)
 class DeviceGroupIndex:
-    """What device_hints derives from one device group and the node's NUMA ids alone."""
+    """What device_hint_table derives from one device group and the node's NUMA ids alone."""
 
     has_numa: bool
     # A set lies in one partition where the node has partitions; else the whole group is one.
     blocks: tuple[frozenset[str], ...]
     # Every NUMA mask (iterate_masks order), its ids, and the most devices one block has in it.
     masks: tuple[tuple[NumaMask, tuple[int, ...], int], ...]
-    # device_hints' answers by the free devices per block and NUMA node, the request and the
+    # device_hint_table's answers by the free devices per block and NUMA node, the request and the
     # unknown holdings; shared by every index of equal masks, so nodes of one shape at equal
     # counts compute them once whichever devices are free.
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
@@ -164,20 +164,6 @@ def _choices_per_topology() -> TopologyMemo[dict[str, DeviceChoices]]:
 _MAX_HINTS_BY_COUNTS = 4096
 
 
-def device_hints(
-    group: DeviceGroup,
-    numa_ids: Sequence[int],
-    free: Sequence[str],
-    request: int,
-    *,
-    index: DeviceGroupIndex | None = None,
-    unknown: int = 0,
-) -> list[TopologyHint] | None:
-    """The kubelet device manager's hints for `request` devices of one resource (device_hint_table)."""
-    hints = device_hint_table(group, numa_ids, free, request, index=index, unknown=unknown)
-    return None if hints is None else list(hints)
-
-
 def device_hint_table(
     group: DeviceGroup,
     numa_ids: Sequence[int],
@@ -225,7 +211,7 @@ def device_hint_table(
 def _hints_for_counts(
     index: DeviceGroupIndex, free_per_block: Sequence[Mapping[int, int]], request: int, needed: int
 ) -> tuple[TopologyHint, ...]:
-    """device_hints from the free devices per block and NUMA node: every mask where one block
+    """device_hint_table from the free devices per block and NUMA node: every mask where one block
     has the devices needed, preferred when no narrower mask could hold the request (MaskTable)."""
     table = index.mask_table
     widest = len(index.masks[-1][1]) if index.masks else 0
