@@ -30,6 +30,7 @@ from numasched.cache.convert_topology import numatopology_to_topology
 from numasched.cache.machine_shapes import machine_objects
 from numasched.plugins.numaaware.admission import (
     Admission,
+    Decides,
     Placement,
     UnitPlan,
     admit_pod,
@@ -552,7 +553,7 @@ def test_a_unit_plan_names_the_deciding_container_and_serves_every_pod_of_the_sh
     first = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)], [init], uid="first")
     second = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)], [init], uid="second")
     plan = unit_plan(first, topology, providers, scope)
-    assert plan == UnitPlan("container", 1) == unit_plan(second, topology, providers, scope)
+    assert plan == UnitPlan(Decides.CONTAINER, 1) == unit_plan(second, topology, providers, scope)
     unit = plan.unit(second)
     assert unit.request is not None
     assert (unit.request.pod, unit.request.container) == ("default/second", "main")
@@ -560,8 +561,8 @@ def test_a_unit_plan_names_the_deciding_container_and_serves_every_pod_of_the_sh
     two = pod([container_object(name, "4", 4, 0, 0, guaranteed=True) for name in ("a", "b")])
     assert unit_plan(two, topology, providers, scope) is None
     loose = pod([container_object("main", "500m", 1, 0, 0, guaranteed=False)])
-    assert unit_plan(loose, topology, providers, scope) == UnitPlan("nothing")
-    assert unit_plan(first, topology, providers, TopologyScope.POD) == UnitPlan("pod")
+    assert unit_plan(loose, topology, providers, scope) == UnitPlan(Decides.NOTHING)
+    assert unit_plan(first, topology, providers, TopologyScope.POD) == UnitPlan(Decides.POD)
 
 
 def test_refusals_computed_from_a_shared_plan_name_their_own_pod() -> None:

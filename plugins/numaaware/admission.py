@@ -583,20 +583,27 @@ class DecisionUnit:
     request: HintRequest | None
 
 
+class Decides(enum.Enum):
+    """What decides a pod on a machine (UnitPlan)."""
+
+    NOTHING = "nothing"  # no container is pinned
+    POD = "pod"  # the pod-level request (pod scope)
+    CONTAINER = "container"  # one container's request
+
+
 @attrs.frozen(slots=True)
 class UnitPlan:
     """Which request decides a pod on a machine (decision_unit), apart from the pod's names: pods
-    of one shape on machines of one content have one plan. kind: "nothing" (no container is
-    pinned), "pod" (the pod-level request, pod scope) or "container" (the container at `index` in
-    containers_in_order)."""
+    of one shape on machines of one content have one plan. `index`: for CONTAINER, the container's
+    place in containers_in_order."""
 
-    kind: str
+    decides: Decides
     index: int = -1
 
     def unit(self, task: TaskInfo) -> DecisionUnit:
-        if self.kind == "nothing":
+        if self.decides is Decides.NOTHING:
             return DecisionUnit(None)
-        if self.kind == "pod":
+        if self.decides is Decides.POD:
             return DecisionUnit(pod_request(task))
         return DecisionUnit(container_request(task, containers_in_order(task)[self.index]))
 
@@ -616,14 +623,14 @@ def unit_plan(
     if scope is TopologyScope.POD:
         whole = pod_request(task)
         if not active:
-            return UnitPlan("nothing") if _pins_nothing(whole, topology, providers) else None
+            return UnitPlan(Decides.NOTHING) if _pins_nothing(whole, topology, providers) else None
         if not _same_demand(whole, requests[active[0]], topology):
             return None
-        return UnitPlan("pod") if _allocation_follows_hint(whole, topology, providers) else None
+        return UnitPlan(Decides.POD) if _allocation_follows_hint(whole, topology, providers) else None
     if not active:
-        return UnitPlan("nothing")
+        return UnitPlan(Decides.NOTHING)
     decisive = requests[active[0]]
-    return UnitPlan("container", active[0]) if _allocation_follows_hint(decisive, topology, providers) else None
+    return UnitPlan(Decides.CONTAINER, active[0]) if _allocation_follows_hint(decisive, topology, providers) else None
 
 
 def decision_unit(
