@@ -210,30 +210,21 @@ class NodeInfo:
     numa_step: NumaStep | None = attrs.field(default=None, eq=False, repr=False)
 
     def same_state(self, other: NodeInfo) -> bool:
-        """Whether the two nodes are in one state: every field equal but the generation (the
-        topology and DRA view the very same objects), so whatever was derived from one holds for
-        the other."""
-        return (
-            self.name == other.name
-            and self.topology is other.topology
-            and self.topology_error == other.topology_error
-            and self.dra is other.dra
-            and self.idle == other.idle
-            and self.used == other.used
-            and self.releasing == other.releasing
-            and self.pipelined == other.pipelined
-            and self.allocatable == other.allocatable
-            and self.capacity == other.capacity
-            and self.max_pods == other.max_pods
-            and self.unschedulable == other.unschedulable
-            and self.ready == other.ready
-            and self.taints == other.taints
-            and self.labels == other.labels
-            and self.numa_usage == other.numa_usage
-            and self.unknown_holders == other.unknown_holders
-            and self.tasks.keys() == other.tasks.keys()
-            and all(_same_task(task, other.tasks[uid]) for uid, task in self.tasks.items())
-        )
+        """Whether the two nodes are in one state: every field equal but those that only number or
+        report it (_NOT_STATE), the topology and DRA view the very same objects, the tasks equal
+        but for the step of binding they are at (_same_task); so whatever was derived from one
+        holds for the other. A field added to NodeInfo takes part unless named in _NOT_STATE."""
+        for name in _STATE_FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if name in _SAME_OBJECTS:
+                if mine is not theirs:
+                    return False
+            elif name == "tasks":
+                if mine.keys() != theirs.keys() or not all(_same_task(task, theirs[uid]) for uid, task in mine.items()):
+                    return False
+            elif mine != theirs:
+                return False
+        return True
 
     def touch(self) -> None:
         """Mark the node changed: what was derived from its previous state is stale."""
@@ -399,3 +390,16 @@ class NodeInfo:
             numa_generation=self.numa_generation,
             dra=self.dra,
         )
+
+
+# NodeInfo fields that number its state or report it, not part of it (same_state).
+_NOT_STATE = frozenset({"generation", "numa_generation", "touch_log", "numa_step"})
+# Fields compared by identity: what is derived from them is kept per object.
+_SAME_OBJECTS = frozenset({"topology", "dra"})
+# The fields same_state compares, the tasks (the costly part) last.
+_STATE_FIELDS = tuple(
+    sorted(
+        (field.name for field in attrs.fields(NodeInfo) if field.name not in _NOT_STATE),
+        key=lambda name: name == "tasks",
+    )
+)

@@ -11,9 +11,10 @@ import pytest
 
 from numasched.api.allocation import ALLOCATION_ANNOTATION
 from numasched.api.idset import IdSet
-from numasched.api.node import NodeInfo, NumaUsage
+from numasched.api.node import NodeInfo, NumaUsage, Taint, UnknownHolder
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo, TaskStatus
+from numasched.api.topology import NumaTopology
 from numasched.cache.cache import Cache
 from numasched.cache.simcluster import SimCluster
 from numasched.conf.loader import load_config_text
@@ -73,14 +74,45 @@ def test_nodes_whose_tasks_differ_otherwise_are_not(first: TaskInfo, second: Tas
 
 def test_every_other_node_field_tells_states_apart() -> None:
     base = node_with(task("a"))
-    changed = node_with(task("a"))
-    assert base.same_state(changed)
-    changed.numa_usage = NumaUsage(cpus=IdSet([3]))
-    assert not base.same_state(changed)
-    for field, value in (("labels", {"zone": "b"}), ("unschedulable", True), ("max_pods", 10), ("topology_error", "x")):
+    assert base.same_state(node_with(task("a")))
+    topology = NumaTopology(node_name="n0", numa_ids=(0,))
+    # One change per field of NodeInfo that is part of its state; a field added to NodeInfo fails
+    # here until it is given one (or named as not part of the state).
+    changes: dict[str, Any] = {
+        "name": "n1",
+        "allocatable": Resource(milli_cpu=1),
+        "capacity": Resource(milli_cpu=1),
+        "idle": Resource(milli_cpu=1),
+        "used": Resource(milli_cpu=1),
+        "releasing": Resource(milli_cpu=1),
+        "pipelined": Resource(milli_cpu=1),
+        "max_pods": 10,
+        "labels": {"zone": "b"},
+        "taints": (Taint("k", "v", "NoSchedule"),),
+        "unschedulable": True,
+        "ready": False,
+        "tasks": {},
+        "topology": topology,
+        "topology_error": "x",
+        "numa_usage": NumaUsage(cpus=IdSet([3])),
+        "unknown_holders": {"a": UnknownHolder("ns/a", {"cpu": 1})},
+        "dra": object(),
+    }
+    numbering = {"generation", "numa_generation", "touch_log", "numa_step"}
+    assert set(changes) | numbering == {field.name for field in attrs.fields(NodeInfo)}
+    for field, value in changes.items():
         other = node_with(task("a"))
         setattr(other, field, value)
         assert not base.same_state(other), field
+    # The numbering fields do not tell states apart.
+    other = node_with(task("a"))
+    other.touch()
+    other.numa_step = None
+    assert base.same_state(other)
+    # The topology is compared as the same object, not as equal content.
+    first, second = node_with(task("a")), node_with(task("a"))
+    first.topology, second.topology = topology, attrs.evolve(topology)
+    assert not first.same_state(second)
 
 
 def node_object(name: str) -> dict[str, Any]:
