@@ -17,7 +17,7 @@ from numasched.api.numamask import NumaMask
 from numasched.api.resource import Resource
 from numasched.api.task import TaskInfo
 from numasched.plugins.numaaware.plugin import NumaAwarePlugin
-from numasched.plugins.numaaware.providers.base import free_after, free_resources
+from numasched.plugins.numaaware.providers.base import FreeResources, free_after, free_resources
 from numasched.scheduler.framework.arguments import Arguments
 
 GPU = "nvidia.com/gpu"
@@ -144,3 +144,10 @@ def test_nodes_of_one_class_given_one_allocation_share_the_state_after_and_admit
         fresh = NumaAwarePlugin(Arguments({"devices": [GPU]}, plugin="numa-aware"))
         assert answer == fresh.predicate(second, node)
         assert shared._admissions[node.name].free == free_resources(node)
+
+
+def test_free_after_names_every_field_of_free_resources() -> None:
+    # free_after builds FreeResources field by field (attrs.evolve costs more than the rest of it):
+    # a field added to FreeResources must be carried there too, and this fails until it is.
+    carried = {"cpus", "devices", "memory", "memory_groups", "unknown", "unknown_pods", "dra"}
+    assert {field.name for field in attrs.fields(FreeResources)} == carried
