@@ -10,7 +10,6 @@ the CPU rows (reserved CPUs under full-pcpus-only) are never skipped by a rememb
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
 
 import attrs
 import pytest
@@ -28,6 +27,7 @@ from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask
 from numasched.api.topology import NumaTopology
 from numasched.plugins.numaaware.providers.cpu import (
+    CpuChoices,
     CpuHintProvider,
     SmtAlignmentError,
     StaticPolicyOptions,
@@ -41,7 +41,7 @@ _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Hea
 
 # Memos by CPU rows, kept across examples so that later examples find remembered answers (as nodes
 # of one shape do in the provider, which keeps one per shape).
-_MEMOS: dict[Hashable, dict[Hashable, Any]] = {}
+_MEMOS: dict[Hashable, CpuChoices] = {}
 
 
 def _reference_choice(
@@ -72,7 +72,7 @@ def test_container_choice_matches_the_reference(data: st.DataObject, topology: N
     numa_ids = sorted({info.numa for info in topology.cpus})
     affinity = data.draw(st.none() | st.sets(st.sampled_from(numa_ids), min_size=1).map(NumaMask.from_ids))
     layout, reference = CpuLayout.from_topology(topology), _RefLayout(topology)
-    memo = _MEMOS.setdefault(cpu_rows_key(topology), {})
+    memo = _MEMOS.setdefault(cpu_rows_key(topology), CpuChoices())
     # Another object of the same rows, as another node of the shape would be.
     twin = attrs.evolve(topology, node_name="twin")
     # Both option values on one memo: an answer for one must not be taken for the other.
@@ -81,7 +81,7 @@ def test_container_choice_matches_the_reference(data: st.DataObject, topology: N
         expected = _kind(lambda: _reference_choice(reference, free, count, affinity, by_uncore))  # noqa: B023
 
         def choose(
-            node: NumaTopology, remembered: dict[Hashable, Any] | None, options: StaticPolicyOptions = options
+            node: NumaTopology, remembered: CpuChoices | None, options: StaticPolicyOptions = options
         ) -> frozenset[int]:
             chosen = allocate_cpus(node, IdSet(free), count, affinity, options, layout=layout, memo=remembered)
             return frozenset(chosen)
@@ -103,7 +103,7 @@ def test_remembered_choice_keeps_the_smt_check_of_each_topology() -> None:
     assert not topology.reserved_cpus & IdSet(core)
     reserved = attrs.evolve(topology, node_name="reserved", reserved_cpus=IdSet([core[1]]))
     options = StaticPolicyOptions(full_pcpus_only=True)
-    memo: dict[Hashable, Any] = {}
+    memo = CpuChoices()
     free = IdSet(core)
     assert allocate_cpus(topology, free, 2, None, options, layout=layout, memo=memo) == free
     with pytest.raises(SmtAlignmentError, match="available physical CPUs = 0"):

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import numpy as np
@@ -46,6 +46,7 @@ from numasched.scheduler.framework.arguments import PluginArgumentError, quote_v
 
 __all__ = [
     "CpuAssignmentError",
+    "CpuChoices",
     "CpuHintProvider",
     "CpuNodeIndex",
     "CpuTopologyError",
@@ -165,9 +166,9 @@ class CpuNodeIndex:
     mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
     # All CPUs of the layout (NumaTopology.all_cpus).
     all_cpus: IdSet = attrs.field(kw_only=True, eq=False, repr=False)
-    # allocate_cpus' answers (IdSet) and its packed takes (frozenbitarray) by all they read besides
-    # the layout: nodes of one shape with the same CPUs free get the same CPUs.
-    choices: dict[Hashable, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    # allocate_cpus' answers and its packed takes (CpuChoices): nodes of one shape with the same
+    # CPUs free get the same CPUs.
+    choices: CpuChoices = attrs.field(factory=lambda: CpuChoices(), eq=False, repr=False)
 
     @classmethod
     def of(
@@ -208,10 +209,6 @@ def cpu_rows_key(topology: NumaTopology) -> tuple[tuple[int, int, int, int, int]
     """The topology's CPU rows as plain tuples: equal exactly when the rows are, and hashed and
     compared without a Python call per row (a large machine has hundreds)."""
     return topology.cpu_rows
-
-
-def _check_available(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> None:
-    _available_bits(layout, topology, available, count)
 
 
 def _available_bits(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> frozenbitarray:
@@ -269,7 +266,7 @@ def take_by_topology(
             f"{PREFER_ALIGN_BY_UNCORECACHE} and {DISTRIBUTE_CPUS_ACROSS_NUMA} cannot be used at the same time"
         )
     layout = CpuLayout.from_topology(topology)
-    _check_available(layout, topology, available, count)
+    _available_bits(layout, topology, available, count)
     options = StaticPolicyOptions(full_pcpus_only, distribute_cpus_across_numa, align_by_uncorecache)
     if full_pcpus_only and count:
         _check_smt(layout, topology, available, count)
@@ -377,7 +374,7 @@ def allocate_cpus(
     options: StaticPolicyOptions,
     *,
     layout: CpuLayout | None = None,
-    memo: dict[Hashable, Any] | None = None,
+    memo: CpuChoices | None = None,
 ) -> IdSet:
     """CPUs for one container: first inside `affinity`, then the rest anywhere (kubelet allocateCPUs).
 
@@ -387,8 +384,8 @@ def allocate_cpus(
     if layout is None:
         layout = CpuLayout.from_topology(topology)
     key = (available, count, None if affinity is None else affinity.bits, options)
-    remembered = None if memo is None else memo.get(key)
-    if isinstance(remembered, IdSet):
+    remembered = None if memo is None else memo.containers.get(key)
+    if remembered is not None:
         # The availability checks passed when it was remembered and read nothing but the key and
         # the layout; the SMT check reads the topology's reserved CPUs too, so it runs again.
         if options.full_pcpus_only:
@@ -399,18 +396,30 @@ def allocate_cpus(
         _check_smt(layout, topology, available, count)
     chosen = _choose_cpus(layout, topology, available, pool, count, affinity, options, memo)
     if memo is not None:
-        _remember(memo, key, chosen)
+        _remember(memo.containers, key, chosen)
     return chosen
 
 
-def _remember(memo: dict[Hashable, Any], key: Hashable, value: object) -> None:
-    if len(memo) >= _MAX_CHOICES:
-        memo.clear()
-    memo[key] = value
-
-
-# Distinct CPU choices kept per CpuNodeIndex before they are dropped and computed anew.
+# Distinct CPU choices kept per table of a CpuChoices before it is emptied and filled anew.
 _MAX_CHOICES = 4096
+
+Remembered = TypeVar("Remembered")
+
+
+def _remember(table: dict[Hashable, Remembered], key: Hashable, value: Remembered) -> None:
+    if len(table) >= _MAX_CHOICES:
+        table.clear()
+    table[key] = value
+
+
+@attrs.define(slots=True)
+class CpuChoices:
+    """What the CPU choice read and chose, for one layout (CpuNodeIndex.choices): allocate_cpus'
+    answers by (free CPUs, count, affinity bits, options), and its packed takes by (pool, count,
+    align by uncore cache). Each table holds at most _MAX_CHOICES answers, then starts over."""
+
+    containers: dict[Hashable, IdSet] = attrs.field(factory=dict)
+    packed: dict[Hashable, frozenbitarray] = attrs.field(factory=dict)
 
 
 def _choose_cpus(
@@ -421,7 +430,7 @@ def _choose_cpus(
     count: int,
     affinity: NumaMask | None,
     options: StaticPolicyOptions,
-    memo: dict[Hashable, Any] | None = None,
+    memo: CpuChoices | None = None,
 ) -> IdSet:
     """allocate_cpus once its checks passed (`pool`: `available` as the layout's bit mask).
     `memo`: the layout's packed takes by their pool, count and option (a NUMA node's free CPUs
@@ -449,15 +458,15 @@ def _choose_cpus(
 
 
 def _take_packed(
-    layout: CpuLayout, pool: frozenbitarray, count: int, align: bool, memo: dict[Hashable, Any] | None
+    layout: CpuLayout, pool: frozenbitarray, count: int, align: bool, memo: CpuChoices | None
 ) -> frozenbitarray:
     if memo is None:
         return frozenbitarray(take_packed_bits(layout, pool, count, align))
     key = (pool, count, align)
-    chosen = memo.get(key)
-    if not isinstance(chosen, frozenbitarray):
+    chosen = memo.packed.get(key)
+    if chosen is None:
         chosen = frozenbitarray(take_packed_bits(layout, pool, count, align))
-        _remember(memo, key, chosen)
+        _remember(memo.packed, key, chosen)
     return chosen
 
 
