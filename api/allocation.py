@@ -10,6 +10,7 @@ Two annotations carry it, each written and read by the functions here:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -81,6 +82,12 @@ class PodAllocation:
         return all(
             not container.cpuset and not container.devices and not container.memory for container in self.containers
         )
+
+    @functools.cached_property
+    def json_text(self) -> str:
+        """allocation_to_json, once per allocation object: the scheduler places one completed
+        admission on many nodes alike, and the binding writes it for each pod."""
+        return allocation_to_json(self)
 
 
 @attrs.frozen(slots=True)

@@ -13,7 +13,6 @@ from numasched.api.allocation import (
     ALLOCATION_ANNOTATION,
     VOLCANO_DECISION_ANNOTATION,
     PodAllocation,
-    allocation_to_json,
 )
 from numasched.api.dra_claims import without_claims
 from numasched.api.idset import IdSet
@@ -72,11 +71,21 @@ def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -
         for numa_id in container.numa.ids() if container.numa is not None else ():
             per_numa.setdefault(numa_id, {})
         left = container.cpuset
-        for numa, cpus in topology.cpus_by_numa.items() if topology is not None and left else ():
-            here = left & cpus
-            if here:
-                cpus_per_numa[numa] = cpus_per_numa.get(numa, IdSet()) | here
-                left = left - here
+        if topology is not None and left:
+            by_numa = topology.cpus_by_numa
+            # The chosen NUMA nodes first: they hold the CPUs, so the search mostly ends there (a
+            # CPU has one NUMA node, so the order does not change the answer).
+            chosen = container.numa.ids() if container.numa is not None else ()
+            for numa in (*chosen, *by_numa):
+                cpus = by_numa.get(numa)
+                if cpus is None:
+                    continue
+                here = left & cpus
+                if here:
+                    cpus_per_numa[numa] = cpus_per_numa.get(numa, IdSet()) | here
+                    left = left - here
+                    if not left:
+                        break
         if left:
             # CPUs the topology does not list.
             cpus_per_numa[-1] = cpus_per_numa.get(-1, IdSet()) | left
@@ -109,6 +118,6 @@ def binding_annotations(task: TaskInfo, node: NodeInfo | None) -> dict[str, str]
         # Placeholder ids from a count-only topology must not reach the node; keep the NUMA choice.
         allocation = PodAllocation(tuple(attrs.evolve(c, cpuset=IdSet(), devices={}) for c in allocation.containers))
     return {
-        ALLOCATION_ANNOTATION: allocation_to_json(allocation),
+        ALLOCATION_ANNOTATION: allocation.json_text,
         VOLCANO_DECISION_ANNOTATION: volcano_decision(allocation, topology),
     }
