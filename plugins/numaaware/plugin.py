@@ -41,6 +41,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -846,13 +847,18 @@ class NumaAwarePlugin:
         near = np.flatnonzero(scored & (scores >= best - reach))
         # Every near-best candidate admits the task, so its part is a _ScorePart.
         near_parts: list[_ScorePart] = parts[near].tolist()
-        for offset, part in enumerate(near_parts):
-            if part.quality is _UNKNOWN_QUALITY:
-                # Kept in the part, which the engine keeps per pod class and node generation.
-                part.quality = self._link_quality(task, candidates[int(near[offset])], part, linked)
-        # After the loop every part's quality is known: a tuple, or None (no links reported).
-        qualities = [cast("tuple[int, ...] | None", part.quality) for part in near_parts]
-        ranked = link_bonuses((quality for quality in qualities if quality is not None), self.weight)
+        known: list[object] = list(map(_quality_of, near_parts))
+        # Most parts were ranked before (`in` compares in C; a tuple never equals the marker).
+        if _UNKNOWN_QUALITY in known:
+            for offset, part in enumerate(near_parts):
+                if part.quality is _UNKNOWN_QUALITY:
+                    # Kept in the part, which the engine keeps per pod class and node generation.
+                    part.quality = known[offset] = self._link_quality(task, candidates[int(near[offset])], part, linked)
+        # Now every quality is known: a tuple, or None (no links reported).
+        qualities = cast("list[tuple[int, ...] | None]", known)
+        distinct = set(qualities)
+        distinct.discard(None)
+        ranked = link_bonuses(cast("set[tuple[int, ...]]", distinct), self.weight)
         if ranked:
             bonuses: dict[tuple[int, ...] | None, float] = {None: 0.0}
             bonuses.update(ranked.items())
@@ -1179,6 +1185,7 @@ class _Decision:
 
 # Link quality not computed yet.
 _UNKNOWN_QUALITY = object()
+_quality_of = operator.attrgetter("quality")
 
 
 def numa_count_of(part: object) -> float:
