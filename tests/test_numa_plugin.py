@@ -24,6 +24,7 @@ from numasched.api.topology import (
 )
 from numasched.plugins.numaaware.admission import Placement
 from numasched.plugins.numaaware.plugin import POLICY_ANNOTATION, NumaAwarePlugin, normalized_scores
+from numasched.plugins.numaaware.pod_policy import CPUSET_ANNOTATION
 from numasched.scheduler.framework.arguments import Arguments
 from numasched.scheduler.framework.status import StatusCode
 
@@ -137,6 +138,26 @@ def test_bad_policy_annotation_names_valid_values() -> None:
     status = plugin().predicate(task(("a", 1, 0), annotations={POLICY_ANNOTATION: "strict"}), node(topology()))
     assert status.code is StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert "none, best-effort, restricted, single-numa-node" in status.reason
+
+
+def test_pods_alike_share_the_read_annotation_but_each_refusal_names_its_own_pod() -> None:
+    shared = plugin()
+    first = task(("a", 1, 0), annotations={POLICY_ANNOTATION: "strict"})
+    second = attrs.evolve(first, uid="u2", name="p2", annotations=dict(first.annotations))
+    assert "pod default/p1: " in shared.pre_predicate(first).reason
+    assert "pod default/p2: " in shared.pre_predicate(second).reason
+    # Another value of the annotation, or another shape, is read afresh.
+    fine = attrs.evolve(first, uid="u3", name="p3", annotations={POLICY_ANNOTATION: "restricted"})
+    assert shared.pre_predicate(fine).passed
+    # The cpuset annotation reads the containers' cpu limits: pods that differ only there differ.
+    pinned = task(("a", 2, 0), annotations={CPUSET_ANNOTATION: "true"})
+    whole = attrs.evolve(pinned, containers=(attrs.evolve(pinned.containers[0], limits=Resource(2000, 1 << 30)),))
+    part = attrs.evolve(
+        whole, uid="u4", name="p4", containers=(attrs.evolve(whole.containers[0], limits=Resource(1500, 1 << 30)),)
+    )
+    assert shared.pre_predicate(whole).passed
+    assert "pod default/p4: " in shared.pre_predicate(part).reason
+    assert "no container has a whole-number cpu limit" in shared.pre_predicate(part).reason
 
 
 def test_pod_policy_stricter_than_node_is_enforced() -> None:

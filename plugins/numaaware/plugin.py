@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import json
 import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -355,7 +356,10 @@ class NumaAwarePlugin:
     def equivalence_key(self, task: TaskInfo) -> Hashable:
         """Admission reads the pod's policy annotation and its shape (QoS, containers' requests and
         limits); reasons that name the pod are never shared by the engine."""
-        return (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), task_shape(task))
+        shape = task_shape(task)
+        # Kept for _pod, which reads the shape too.
+        self._cycle_state(task).write(_SHAPE_KEY, shape)
+        return (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
 
     def on_session_close(self, ssn: Session) -> None:
         self._session = None
@@ -409,14 +413,27 @@ class NumaAwarePlugin:
             return self._pod_data
         data: _PodData | None = state.get(_POD_KEY)
         if data is None:
-            # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations), read once.
-            spec = PodTopologySpec()
-            try:
-                spec = read_pod_spec(task)
-                policy: TopologyPolicy | Status | None = spec.policy
-            except PodPolicyError as error:
-                policy = Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"pod {task.key}: {error}", PLUGIN_NAME)
-            data = _PodData(policy, task_shape(task), {}, {}, spec)
+            shape: Hashable | None = state.get(_SHAPE_KEY)
+            if shape is None:
+                shape = task_shape(task)
+            # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations) reads the
+            # annotations and the containers' limits (in the shape): pods alike share it.
+            spec_key = (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
+            read = self.tables.pod_specs.get(spec_key)
+            if read is None:
+                try:
+                    read = read_pod_spec(task)
+                except PodPolicyError as error:
+                    read = error
+                self.tables.pod_specs[spec_key] = read
+            if isinstance(read, PodPolicyError):
+                policy: TopologyPolicy | Status | None = Status(
+                    StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"pod {task.key}: {read}", PLUGIN_NAME
+                )
+                spec = PodTopologySpec()
+            else:
+                policy, spec = read.policy, read
+            data = _PodData(policy, shape, {}, {}, spec)
             state.write(_POD_KEY, data)
         self._pod_state, self._pod_data = state, data
         return data
@@ -848,12 +865,12 @@ class NumaAwarePlugin:
         # Every near-best candidate admits the task, so its part is a _ScorePart.
         near_parts: list[_ScorePart] = parts[near].tolist()
         known: list[object] = list(map(_quality_of, near_parts))
-        # Most parts were ranked before (`in` compares in C; a tuple never equals the marker).
-        if _UNKNOWN_QUALITY in known:
-            for offset, part in enumerate(near_parts):
-                if part.quality is _UNKNOWN_QUALITY:
-                    # Kept in the part, which the engine keeps per pod class and node generation.
-                    part.quality = known[offset] = self._link_quality(task, candidates[int(near[offset])], part, linked)
+        # Most parts were ranked before: the new ones are found in C (the marker, by identity).
+        new = itertools.compress(range(len(known)), map(operator.is_, known, itertools.repeat(_UNKNOWN_QUALITY)))
+        for offset in new:
+            part = near_parts[offset]
+            # Kept in the part, which the engine keeps per pod class and node generation.
+            part.quality = known[offset] = self._link_quality(task, candidates[int(near[offset])], part, linked)
         # Now every quality is known: a tuple, or None (no links reported).
         qualities = cast("list[tuple[int, ...] | None]", known)
         distinct = set(qualities)
@@ -1057,6 +1074,8 @@ class AdmissionTables:
         self.device_qualities: dict[Hashable, tuple[int, int, int] | None] = {}
         # The agent's view of each node topology, for pods the agent pins (pod_policy).
         self.agent_views = AgentViews()
+        # read_pod_spec's answer (or its error) by the annotations it reads and the pod's shape.
+        self.pod_specs: dict[Hashable, PodTopologySpec | PodPolicyError] = {}
         # Merged hints by policy, NUMA ids and providers' hints (admission._merge).
         self.merges = MergeMemo()
 
@@ -1097,6 +1116,8 @@ class AdmissionTables:
             self.admissions.clear()
         if len(self.device_qualities) > self.MAX_CLASSES:
             self.device_qualities.clear()
+        if len(self.pod_specs) > self.MAX_CLASSES:
+            self.pod_specs.clear()
 
 
 class TopologyFingerprint:
@@ -1165,7 +1186,9 @@ class _Shared:
     pod: str | None
 
 
-@attrs.frozen(slots=True)
+# Not frozen: one is built per node a pod is admitted on, and attrs' frozen __init__ costs three
+# times as much. Nothing changes one once built (attrs.evolve makes another).
+@attrs.define(slots=True, eq=False)
 class _Decision:
     """A task's admission on a node and what it was decided from."""
 
@@ -1207,6 +1230,7 @@ class _ScorePart:
 
 # CycleState keys of this plugin.
 _POD_KEY = "numa-aware/pod"
+_SHAPE_KEY = "numa-aware/shape"
 _NEEDS_KEY = "numa-aware/pinned-needs"
 _VIEW_KEY = "numa-aware/agent-view"
 # The pod's NUMA restriction per node (restriction.py), asked once per pod.
