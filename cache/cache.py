@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import structlog
 
-from numasched.api.allocation import PodAllocation, ReportedAllocations
+from numasched.api.allocation import ALLOCATION_ANNOTATION, PodAllocation, ReportedAllocations
 from numasched.api.disruption_budget import DisruptionBudget
 from numasched.api.dra_claims import claim_allocations
 from numasched.api.job import JobInfo
@@ -270,7 +270,7 @@ class Cache:
             self._reindex(key)
             return
         try:
-            task.allocation = bound_pod_allocation(task)
+            task.allocation = self._bound_allocation(key, task)
         except ConversionError as error:
             self._problem(error.kind, error.name, f"{error.message}; its CPUs and devices are not tracked")
         self._tasks[key] = task
@@ -281,6 +281,17 @@ class Cache:
             # The API server confirmed the binding (or someone else placed it): no longer assumed.
             self._assumed.pop(key, None)
         self._reindex(key)
+
+    def _bound_allocation(self, uid: str, task: TaskInfo) -> PodAllocation | None:
+        """bound_pod_allocation; for a pod this scheduler bound with the allocation text it wrote,
+        the allocation it was written from (the text reads back to an equal one), so the binding
+        this scheduler made is not parsed again and the ledger holds the session's own object."""
+        assumed = self._assumed.get(uid)
+        if assumed is not None and assumed.allocation is not None and task.node_name == assumed.node_name:
+            text = task.annotations.get(ALLOCATION_ANNOTATION)
+            if text is not None and text == assumed.allocation.json_text:
+                return assumed.allocation
+        return bound_pod_allocation(task)
 
     def _on_node(self, key: str, obj: Mapping[str, Any] | None) -> None:
         self._dirty.add(key)

@@ -1,5 +1,6 @@
 from fractions import Fraction
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -139,6 +140,30 @@ def test_allocation_annotation_round_trip() -> None:
     assert allocation_from_json(allocation_to_json(allocation)) == allocation
     assert allocation.cpus().format() == "0-3"
     assert allocation.devices("nvidia.com/gpu") == frozenset({"0", "1"})
+
+
+_container_allocations = st.builds(
+    ContainerAllocation,
+    name=st.just(""),
+    cpuset=st.frozensets(st.integers(0, 255), max_size=12).map(IdSet),
+    numa=st.none() | st.frozensets(st.integers(0, 7), max_size=3).map(NumaMask.from_ids),
+    devices=st.dictionaries(
+        st.sampled_from(["nvidia.com/gpu", "rdma/hca"]),
+        st.lists(st.text("abc-0123", min_size=1), max_size=4).map(tuple),
+    ),
+    memory=st.dictionaries(
+        st.sampled_from(["memory", "hugepages-1Gi"]), st.dictionaries(st.integers(0, 7), st.integers(0, 1 << 40))
+    ),
+)
+
+
+@given(st.lists(_container_allocations, max_size=4))
+def test_every_allocation_reads_back_from_its_annotation_text(containers: list[ContainerAllocation]) -> None:
+    # The cache keeps the allocation a binding's text was written from instead of reading the text
+    # again (Cache._bound_allocation): that is exact only while every allocation reads back equal.
+    allocation = PodAllocation(tuple(attrs.evolve(c, name=f"c{i}") for i, c in enumerate(containers)))
+    assert allocation_from_json(allocation.json_text) == allocation
+    assert allocation.json_text == allocation_to_json(allocation)
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,39 @@ def test_assumed_pods_hold_their_resources_until_confirmed_or_forgotten() -> Non
     assert cache.snapshot().jobs["default/p"].tasks["uid-p"].status is TaskStatus.RUNNING
 
 
+def test_a_confirmed_binding_with_our_text_keeps_the_assumed_allocation_and_other_text_is_read() -> None:
+    cache = Cache()
+    node, topology = machine_objects(load_machine("dgx1-v100"), "n1")
+    add(cache, "Node", node)
+    add(cache, "Numatopology", topology)
+    for name in ("p", "q", "r"):
+        add(cache, "Pod", pod(name))
+    ours = PodAllocation((ContainerAllocation("main", IdSet.parse("6-7")),))
+    for name in ("p", "q", "r"):
+        cache.assume(f"uid-{name}", "n1", ours)
+    # p: bound as we wrote it. q: someone rewrote the annotation. r: bound to another node.
+    cache.apply(
+        ObjectEvent("Pod", EventType.MODIFIED, pod("p", node="n1", annotations={ALLOCATION_ANNOTATION: ours.json_text}))
+    )
+    theirs = PodAllocation((ContainerAllocation("main", IdSet.parse("8-9")),))
+    cache.apply(
+        ObjectEvent(
+            "Pod",
+            EventType.MODIFIED,
+            pod("q", node="n1", annotations={ALLOCATION_ANNOTATION: allocation_to_json(theirs)}),
+        )
+    )
+    add(cache, "Node", machine_objects(load_machine("dgx1-v100"), "n2")[0])
+    cache.apply(
+        ObjectEvent("Pod", EventType.MODIFIED, pod("r", node="n2", annotations={ALLOCATION_ANNOTATION: ours.json_text}))
+    )
+    tasks = {task.name: task for job in cache.snapshot().jobs.values() for task in job.tasks.values()}
+    assert tasks["p"].allocation is ours
+    assert tasks["q"].allocation == theirs
+    assert tasks["r"].allocation == ours and tasks["r"].allocation is not ours
+    assert cache.snapshot().nodes["n1"].numa_usage.cpus.format() == "6-9"
+
+
 def test_a_bad_topology_leaves_the_node_without_numa_awareness() -> None:
     problems: list[str] = []
     cache = Cache(on_problem=lambda kind, name, message: problems.append(f"{kind} {name}: {message}"))
