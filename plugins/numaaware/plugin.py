@@ -356,10 +356,17 @@ class NumaAwarePlugin:
     def equivalence_key(self, task: TaskInfo) -> Hashable:
         """Admission reads the pod's policy annotation and its shape (QoS, containers' requests and
         limits); reasons that name the pod are never shared by the engine."""
-        shape = task_shape(task)
-        # Kept for _pod, which reads the shape too.
-        self._cycle_state(task).write(_SHAPE_KEY, shape)
+        shape = self._shape(task, self._cycle_state(task))
         return (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
+
+    @staticmethod
+    def _shape(task: TaskInfo, state: CycleState) -> Hashable:
+        """task_shape, once per pod: the equivalence key and the pod's data both read it."""
+        shape: Hashable | None = state.get(_SHAPE_KEY)
+        if shape is None:
+            shape = task_shape(task)
+            state.write(_SHAPE_KEY, shape)
+        return shape
 
     def on_session_close(self, ssn: Session) -> None:
         self._session = None
@@ -413,9 +420,7 @@ class NumaAwarePlugin:
             return self._pod_data
         data: _PodData | None = state.get(_POD_KEY)
         if data is None:
-            shape: Hashable | None = state.get(_SHAPE_KEY)
-            if shape is None:
-                shape = task_shape(task)
+            shape = self._shape(task, state)
             # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations) reads the
             # annotations and the containers' limits (in the shape): pods alike share it.
             spec_key = (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
