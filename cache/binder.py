@@ -4,7 +4,8 @@ carry its CPU and device decision to the node side."""
 from __future__ import annotations
 
 import enum
-import json
+from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _quoted
 from typing import Protocol
 
 import attrs
@@ -63,49 +64,69 @@ class StatusReporter(Protocol):
 
 
 def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -> str:
-    """volcano.sh/topology-decision: per NUMA node, the CPUs (list format) and device ids there."""
+    """volcano.sh/topology-decision: per NUMA node, the CPUs (list format) and device ids there.
+
+    The JSON text is written here rather than by json.dumps (a binding per pod writes it): keys
+    sorted as strings, no spaces, strings quoted as json.dumps quotes them, the same text."""
     per_numa: dict[int, dict[str, list[str]]] = {}
     cpus_per_numa: dict[int, IdSet] = {}
     for container in allocation.containers:
         # The NUMA nodes chosen are part of the decision even where no id was pinned there.
-        for numa_id in container.numa.ids() if container.numa is not None else ():
+        chosen = container.numa.ids() if container.numa is not None else ()
+        for numa_id in chosen:
             per_numa.setdefault(numa_id, {})
         left = container.cpuset
         if topology is not None and left:
-            by_numa = topology.cpus_by_numa
-            # The chosen NUMA nodes first: they hold the CPUs, so the search mostly ends there (a
-            # CPU has one NUMA node, so the order does not change the answer).
-            chosen = container.numa.ids() if container.numa is not None else ()
-            for numa in (*chosen, *by_numa):
-                cpus = by_numa.get(numa)
-                if cpus is None:
-                    continue
-                here = left & cpus
-                if here:
-                    cpus_per_numa[numa] = cpus_per_numa.get(numa, IdSet()) | here
-                    left = left - here
-                    if not left:
-                        break
+            left = _split_by_numa(left, chosen, topology.cpus_by_numa, cpus_per_numa)
         if left:
             # CPUs the topology does not list.
-            cpus_per_numa[-1] = cpus_per_numa.get(-1, IdSet()) | left
+            cpus_per_numa[-1] = cpus_per_numa.get(-1, _NO_CPUS) | left
         for resource, ids in container.devices.items():
             group = topology.devices.get(resource) if topology is not None else None
+            by_id = group.by_id if group is not None else {}
             for device_id in ids:
-                device = group.by_id.get(device_id) if group is not None else None
+                device = by_id.get(device_id)
                 numa = device.numa if device is not None and device.numa is not None else -1
                 per_numa.setdefault(numa, {}).setdefault(resource, []).append(device_id)
     for numa in cpus_per_numa:
         per_numa.setdefault(numa, {})
-    decision: dict[str, dict[str, str]] = {}
-    for numa, resources in sorted(per_numa.items()):
-        entry: dict[str, str] = {}
+    entries: list[str] = []
+    for name, numa in sorted((str(numa) if numa >= 0 else "unknown", numa) for numa in per_numa):
+        entry = {resource: ",".join(members) for resource, members in per_numa[numa].items()}
         if numa in cpus_per_numa:
             entry["cpu"] = cpus_per_numa[numa].format()
-        for resource, members in resources.items():
-            entry[resource] = ",".join(members)
-        decision[str(numa) if numa >= 0 else "unknown"] = entry
-    return json.dumps({"numa": decision}, sort_keys=True, separators=(",", ":"))
+        fields = ",".join(f"{_quoted(key)}:{_quoted(entry[key])}" for key in sorted(entry))
+        entries.append(f"{_quoted(name)}:{{{fields}}}")
+    return '{"numa":{' + ",".join(entries) + "}}"
+
+
+def _split_by_numa(
+    cpus: IdSet, chosen: Sequence[int], cpus_by_numa: Mapping[int, IdSet], cpus_per_numa: dict[int, IdSet]
+) -> IdSet:
+    """Adds `cpus` to cpus_per_numa by the NUMA node each is on; returns those on none."""
+    if len(chosen) == 1:
+        numa = chosen[0]
+        if cpus.is_subset(cpus_by_numa.get(numa, _NO_CPUS)):
+            # Most containers: all CPUs on the one NUMA node chosen.
+            cpus_per_numa[numa] = cpus_per_numa[numa] | cpus if numa in cpus_per_numa else cpus
+            return _NO_CPUS
+    left = cpus
+    # The chosen NUMA nodes first: they hold the CPUs, so the search mostly ends there (a CPU has
+    # one NUMA node, so the order does not change the answer).
+    for numa in (*chosen, *cpus_by_numa):
+        on_numa = cpus_by_numa.get(numa)
+        if on_numa is None:
+            continue
+        here = left & on_numa
+        if here:
+            cpus_per_numa[numa] = cpus_per_numa.get(numa, _NO_CPUS) | here
+            left = left - here
+            if not left:
+                break
+    return left
+
+
+_NO_CPUS = IdSet()
 
 
 def binding_annotations(task: TaskInfo, node: NodeInfo | None) -> dict[str, str]:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+
 from numasched.api.allocation import ALLOCATION_ANNOTATION, ContainerAllocation, PodAllocation, allocation_to_json
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo
@@ -70,3 +74,51 @@ def test_the_allocation_text_is_kept_per_allocation_object_and_equals_a_fresh_on
     assert first == allocation_to_json(allocation)
     other = PodAllocation((ContainerAllocation("a", IdSet.parse("5"), NumaMask.of(1)),))
     assert binding_annotations(_task(other), _node())[ALLOCATION_ANNOTATION] == allocation_to_json(other)
+
+
+_DEVICE_NUMA = {"g0": 0, "g1": 1}
+
+
+def _expected_decision(allocation: PodAllocation) -> str:
+    """The decision as json.dumps writes it, worked out per CPU and device: CPUs 0-3 are on NUMA
+    node 0 and 4-7 on node 1 (others on none), g0 on 0, g1 on 1, any other device on none."""
+    cpus: dict[str, set[int]] = {}
+    devices: dict[str, dict[str, list[str]]] = {}
+    for container in allocation.containers:
+        for numa_id in container.numa.ids() if container.numa is not None else ():
+            devices.setdefault(str(numa_id), {})
+        for cpu in container.cpuset:
+            cpus.setdefault(str(cpu // 4) if cpu < 8 else "unknown", set()).add(cpu)
+        for resource, ids in container.devices.items():
+            for device in ids:
+                on = _DEVICE_NUMA.get(device) if resource == "nvidia.com/gpu" else None
+                devices.setdefault("unknown" if on is None else str(on), {}).setdefault(resource, []).append(device)
+    decision: dict[str, dict[str, str]] = {}
+    for numa in set(cpus) | set(devices):
+        entry = {resource: ",".join(ids) for resource, ids in devices.get(numa, {}).items()}
+        if numa in cpus:
+            entry["cpu"] = IdSet(cpus[numa]).format()
+        decision[numa] = entry
+    return json.dumps({"numa": decision}, sort_keys=True, separators=(",", ":"))
+
+
+_containers = st.builds(
+    ContainerAllocation,
+    name=st.just(""),
+    cpuset=st.frozensets(st.integers(0, 11), max_size=6).map(IdSet),
+    numa=st.none() | st.frozensets(st.sampled_from([0, 1, 2, 10]), max_size=3).map(NumaMask.from_ids),
+    devices=st.dictionaries(
+        st.sampled_from(["nvidia.com/gpu", "rdma/hca"]),
+        st.lists(st.sampled_from(["g0", "g1", "gx", 'q"uote', "b\\s", "ü"]), max_size=3, unique=True).map(tuple),
+    ),
+)
+
+
+@given(st.lists(_containers, min_size=1, max_size=3))
+def test_the_decision_text_is_what_json_dumps_writes_for_the_cpus_and_devices_per_numa_node(
+    containers: list[ContainerAllocation],
+) -> None:
+    allocation = PodAllocation(tuple(attrs.evolve(c, name=f"c{i}") for i, c in enumerate(containers)))
+    if allocation.is_empty() and not any(c.numa for c in allocation.containers):
+        return
+    assert binding_annotations(_task(allocation), _node())[DECISION] == _expected_decision(allocation)

@@ -894,7 +894,7 @@ class NumaAwarePlugin:
         topology = node.topology
         if topology is None or not topology.links:
             return None
-        resources = tuple(name for name in linked if name in topology.devices)
+        resources = tuple(filter(topology.devices.__contains__, linked))
         return self._set_quality(task, node, part.decision, resources) if resources else None
 
     def _set_quality(
