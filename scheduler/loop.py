@@ -523,10 +523,12 @@ async def _decide(
     reporter = pipeline.binding.reporter
     switch_interval_s: float | None = None
     if freeze:
-        # Copying the cluster allocates as much as a session does: frozen first, the cache is not
-        # walked again by each collection the copying triggers (at 1,000 nodes and 10,000 pods a
-        # snapshot took 120 ms of CPU unfrozen, 78 ms frozen).
+        # Copying the cluster allocates as much as a session does, and what it makes lives as long
+        # as the session: frozen first, the cache is not walked by collections, and none runs
+        # while the copy is made (at 1,000 nodes and 10,000 pods a snapshot took 120 ms of CPU
+        # unfrozen, 78 ms frozen; then 58 ms, and 49 ms without collections, in hack/bench_phases.py).
         freeze_long_lived()
+        switch_interval_s = pause_collection()
     try:
         snapshot = cache.snapshot()
         if hold_back is not None:
@@ -535,7 +537,6 @@ async def _decide(
         if freeze:
             # The snapshot too, now that it is made.
             freeze_long_lived()
-            switch_interval_s = pause_collection()
         try:
             # The session is CPU-bound; a worker thread keeps watch events and binds flowing.
             result = await anyio.to_thread.run_sync(session, snapshot, config, registry, abandon_on_cancel=True)
