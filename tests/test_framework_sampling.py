@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,6 +39,7 @@ from numasched.scheduler.actions.allocate import (
     PERCENTAGE_NODES_TO_FIND,
     AllocateAction,
     SamplingOptions,
+    ScanFailures,
     feasible_nodes,
     sampling_options,
 )
@@ -516,3 +518,24 @@ def test_node_score_matches_the_generic_per_resource_scores(
         probe, scored, NodeOrderWeights(least, balanced, most), non_zero_request, lambda _: node_request
     )
     assert actual == expected
+
+
+def test_fit_errors_are_kept_as_recorded_and_merged_in_order_when_read() -> None:
+    ssn = Session(ClusterSnapshot(nodes={}), sampling_config(), counting_registry()[0])
+    pod = task("t", "j")
+    wrong_zone = Status(StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, "node(s) are in the wrong zone")
+    full = Status.unschedulable("Insufficient cpu")
+    names = np.array(["n1", "n2"], dtype=object)
+    reasons = np.empty(2, dtype=object)
+    reasons[0], reasons[1] = (wrong_zone,), (full,)
+    scan = ScanFailures(names, reasons)
+    assert len(scan) == 2 and dict(scan) == {"n1": (wrong_zone,), "n2": (full,)} and scan["n2"] == (full,)
+    ssn.record_fit_errors(pod, scan)
+    ssn.record_fit_errors(pod, {"n2": (wrong_zone,), "n3": (full,)})
+    merged = {"n1": (wrong_zone,), "n2": (full, wrong_zone), "n3": (full,)}
+    assert ssn.fit_errors_of("t") == merged
+    # Read twice, and through the mapping of every task, the same; a reader's copy is its own.
+    ssn.fit_errors_of("t")["n1"] = (full,)
+    assert ssn.fit_errors == {"t": merged}
+    assert ssn.fit_errors_of("other") == {}
+    assert ssn.fit_error_message(pod).startswith("0/0 nodes are available")

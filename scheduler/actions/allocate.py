@@ -17,7 +17,7 @@ checked against every node, so its "0/N nodes are available" message counts them
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,6 +38,7 @@ from numasched.scheduler.framework.equivalence import (
     Floats,
     Ints,
     NodeIndex,
+    Objects,
 )
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.framework.statement import JobOutcome, Statement, settle_job
@@ -238,19 +239,45 @@ def feasible_nodes(
         scanned %= total
     seen = passes[scanned]
     failing = scanned[~seen]
-    failures: dict[str, Sequence[Status]] = {}
+    failures: Mapping[str, Sequence[Status]] = {}
     if len(failing):
         reasons = answers.failures[failing if index.in_slot_order else slots[failing]]
         for place, position in enumerate(failing.tolist()) if unshared else ():
             if position in unshared:
                 reasons[place] = unshared[position]
-        failures = dict(zip(index.names[failing].tolist(), reasons.tolist(), strict=True))
+        failures = ScanFailures(index.names[failing], reasons)
         ssn.record_fit_errors(task, failures)
     positions = scanned[seen]
     candidates = Candidates(index.node_objects[positions].tolist(), index, positions, generations[positions])
     if memo_key is not None and not candidates and visited == total and not unshared:
         ssn.failed_scans[memo_key] = _FailedScan(index, generations, failures)
     return candidates
+
+
+class ScanFailures(Mapping[str, Sequence[Status]]):
+    """Why each failing node of a scan failed, by node name: the scan's arrays, made a dict only
+    when read (most pods are placed, and then nobody reads them)."""
+
+    __slots__ = ("_by_name", "_names", "_reasons")
+
+    def __init__(self, names: Objects, reasons: Objects) -> None:
+        self._names = names
+        self._reasons = reasons
+        self._by_name: dict[str, Sequence[Status]] | None = None
+
+    def _read(self) -> dict[str, Sequence[Status]]:
+        if self._by_name is None:
+            self._by_name = dict(zip(self._names.tolist(), self._reasons.tolist(), strict=True))
+        return self._by_name
+
+    def __getitem__(self, name: str) -> Sequence[Status]:
+        return self._read()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def _keep_answers(
@@ -286,7 +313,7 @@ class _FailedScan:
 
     __slots__ = ("failures", "generations", "index")
 
-    def __init__(self, index: NodeIndex, generations: Ints, failures: dict[str, Sequence[Status]]):
+    def __init__(self, index: NodeIndex, generations: Ints, failures: Mapping[str, Sequence[Status]]):
         self.index = index
         self.generations = generations
         self.failures = failures
@@ -310,7 +337,7 @@ def _still_fits_nowhere(
     changed = np.flatnonzero(generations != failed.generations)
     failures = failed.failures
     if len(changed):
-        failures = dict(failures)
+        updated = dict(failures)
         insufficient: dict[str, Status] = {}
         nodes = index.nodes
         for position in changed.tolist():
@@ -330,8 +357,9 @@ def _still_fits_nowhere(
             if now is None:
                 # It fits there now: the scan decides where.
                 return False
-            failures[node.name] = now
-        ssn.failed_scans[key] = _FailedScan(index, generations, failures)
+            updated[node.name] = now
+        failures = updated
+        ssn.failed_scans[key] = _FailedScan(index, generations, updated)
     ssn.record_fit_errors(task, failures)
     return True
 

@@ -222,8 +222,8 @@ class Session:
         self.task_faults: dict[str, PluginFault] = {}
         self.job_faults: dict[str, PluginFault] = {}
 
-        # task uid -> node name -> why the task did not fit there.
-        self.fit_errors: dict[str, dict[str, Sequence[Status]]] = {}
+        # task uid -> why the task did not fit, per node, as each scan recorded it (fit_errors).
+        self._fit_error_records: dict[str, list[Mapping[str, Sequence[Status]]]] = {}
         # Where the next sampled predicate scan starts, as an index into the action's node order:
         # each scan goes on where the previous one stopped, so every node gets its turn.
         self.node_scan_offset = 0
@@ -815,17 +815,32 @@ class Session:
 
     def record_fit_errors(self, task: TaskInfo, per_node: Mapping[str, Sequence[Status]]) -> None:
         """Why the task did not fit on each of these nodes (adds to what is already recorded).
-        The sequences are kept as given and never changed: memoised answers are shared."""
-        recorded = self.fit_errors.get(task.uid)
-        if recorded is None:
-            self.fit_errors[task.uid] = dict(per_node)
-            return
-        for node_name, statuses in per_node.items():
-            known = recorded.get(node_name)
-            recorded[node_name] = statuses if known is None else (*known, *statuses)
+        The mapping and its sequences are kept as given and must not change afterwards (memoised
+        answers are shared); they are read only when someone asks (fit_errors_of), which for a
+        pod that is placed is nobody."""
+        self._fit_error_records.setdefault(task.uid, []).append(per_node)
+
+    def fit_errors_of(self, task_uid: str) -> dict[str, Sequence[Status]]:
+        """Per node, why the task did not fit there: every recorded reason, in the order recorded."""
+        records = self._fit_error_records.get(task_uid)
+        if not records:
+            return {}
+        merged = dict(records[0])
+        for per_node in records[1:]:
+            for node_name, statuses in per_node.items():
+                known = merged.get(node_name)
+                merged[node_name] = statuses if known is None else (*known, *statuses)
+        # Kept merged, so a second read does not merge again.
+        records[:] = [merged]
+        return dict(merged)
+
+    @property
+    def fit_errors(self) -> dict[str, dict[str, Sequence[Status]]]:
+        """fit_errors_of for every task with a recorded reason."""
+        return {uid: self.fit_errors_of(uid) for uid in self._fit_error_records}
 
     def fit_error_message(self, task: TaskInfo) -> str:
-        return fit_error_summary(len(self.nodes), self.fit_errors.get(task.uid, {}))
+        return fit_error_summary(len(self.nodes), self.fit_errors_of(task.uid))
 
     def queue_of(self, job: JobInfo) -> QueueInfo:
         """The job's queue; a queue with no Queue object is an open one of that name."""
