@@ -256,3 +256,25 @@ def test_a_class_idle_for_several_sessions_is_dropped() -> None:
         assert memo.answers("kept") is kept
     assert len(memo) == 1
     assert memo.answers("idle") is not idle
+
+
+def test_pods_of_one_class_get_one_key_object_and_equal_parts_compare_equal() -> None:
+    colour = ColourPredicate(declares=True)
+    conf, memo = config("colour"), EquivalenceMemo()
+    ssn = session([node(0)], registry_with(colour), conf, memo)
+    first, second = ssn.equivalence_class(task("a")), ssn.equivalence_class(task("b"))
+    other = ssn.equivalence_class(task("c", colour="red"))
+    assert first is second and first != other
+    # Another memo builds its own key object for the same parts: equal, and hashed alike.
+    again = session([node(0)], registry_with(colour), conf, EquivalenceMemo()).equivalence_class(task("a"))
+    assert again is not first and again == first and hash(again) == hash(first)
+
+
+def test_a_key_that_cannot_be_hashed_is_its_plugins_fault() -> None:
+    colour = ColourPredicate(declares=True)
+    colour.equivalence_key = lambda task: ["not", "hashable"]  # type: ignore[method-assign]
+    nodes = [node(0)]
+    ssn = session(nodes, registry_with(colour), config("colour"), EquivalenceMemo())
+    assert ssn.equivalence_class(task("a")) is None
+    fault = ssn.fault_of(task("a"))
+    assert fault is not None and fault.plugin == "colour" and "unhashable" in fault.message

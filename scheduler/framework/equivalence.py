@@ -181,12 +181,40 @@ class NodeIndex:
         return generations.copy()
 
 
+class ClassKey:
+    """A pod class's key (every plugin's part) hashed once: the memo looks a class up several
+    times per pod, and the parts (a pod's shape, its selectors) are nested tuples Python would
+    hash again each time. Equal when the parts are; EquivalenceMemo.class_key gives pods of one
+    class the same object, so lookups compare by identity."""
+
+    __slots__ = ("_hash", "parts")
+
+    def __init__(self, parts: tuple[Hashable, ...]) -> None:
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ClassKey):
+            return NotImplemented
+        return self._hash == other._hash and self.parts == other.parts
+
+    def __repr__(self) -> str:
+        return f"ClassKey({self.parts!r})"
+
+
 class EquivalenceMemo:
     """Per class, the answers of every node slot at one generation each."""
 
-    __slots__ = ("_classes", "_config", "_last_used", "_session", "slots")
+    __slots__ = ("_class_keys", "_classes", "_config", "_last_used", "_session", "slots")
 
     def __init__(self) -> None:
+        # One ClassKey per class content (trimmed with the classes).
+        self._class_keys: dict[tuple[Hashable, ...], ClassKey] = {}
         self._classes: dict[Hashable, ClassAnswers | PartAnswers] = {}
         self._last_used: dict[Hashable, int] = {}
         self._config: object = None
@@ -200,12 +228,22 @@ class EquivalenceMemo:
         if config is not self._config:
             self._classes.clear()
             self._last_used.clear()
+            self._class_keys.clear()
             self._config = config
             return
         oldest = self._session - IDLE_SESSIONS
         for class_key in [key for key, used in self._last_used.items() if used < oldest]:
             del self._last_used[class_key]
             self._classes.pop(class_key, None)
+
+    def class_key(self, parts: tuple[Hashable, ...]) -> ClassKey:
+        """The ClassKey of these parts: the same object for equal parts while the memo knows it."""
+        found = self._class_keys.get(parts)
+        if found is None:
+            if len(self._class_keys) >= 2 * MAX_CLASSES:
+                self._class_keys.clear()
+            found = self._class_keys[parts] = ClassKey(parts)
+        return found
 
     def _table(self, class_key: Hashable, make: type[ClassAnswers] | type[PartAnswers]) -> ClassAnswers | PartAnswers:
         classes = self._classes

@@ -359,8 +359,11 @@ class Session:
                 # The allocate action's own resource check reads the request.
                 parts: list[Hashable] = [resource_key(task.init_resreq)]
                 for name, plugin in plugins:  # noqa: B007 - named in the fault
-                    parts.append(plugin.equivalence_key(task))
-                key = tuple(parts)
+                    part = plugin.equivalence_key(task)
+                    # Hashed here, so a key that cannot be is this plugin's fault.
+                    hash(part)
+                    parts.append(part)
+                key = self.memo.class_key(tuple(parts))
             except Exception as error:
                 self.record_fault(name, POINT_EQUIVALENCE, error, task=task)
                 key = None
