@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Hashable
+from typing import Any
 
 import pytest
 
@@ -272,7 +273,8 @@ def test_pods_of_one_class_get_one_key_object_and_equal_parts_compare_equal() ->
 
 def test_a_key_that_cannot_be_hashed_is_its_plugins_fault() -> None:
     colour = ColourPredicate(declares=True)
-    colour.equivalence_key = lambda task: ["not", "hashable"]  # type: ignore[method-assign]
+    unhashable: Any = ["not", "hashable"]
+    colour.equivalence_key = lambda task: unhashable
     nodes = [node(0)]
     ssn = session(nodes, registry_with(colour), config("colour"), EquivalenceMemo())
     assert ssn.equivalence_class(task("a")) is None
