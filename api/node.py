@@ -235,8 +235,11 @@ class NodeInfo:
     def _touch_tasks(self) -> None:
         """Mark the node changed in what it holds but not in its NUMA ledger (numa_generation)."""
         self.generation = next_generation()
-        if self.touch_log is not None:
-            self.touch_log.append(self)
+        log = self.touch_log
+        # A node changed twice in a row is listed once (a placement adds the task, then its ids):
+        # readers of the log read its last entry again each time (NodeIndex.generations).
+        if log is not None and (not log or log[-1] is not self):
+            log.append(self)
 
     def _touched_by(self, task: TaskInfo) -> None:
         """A task came or went: the NUMA ledger's number changes too unless the task holds no ids

@@ -162,6 +162,22 @@ def test_a_node_index_sees_every_kind_of_node_change_through_the_sessions_touch_
     assert all(node.touch_log is None for node in nodes)
 
 
+def test_a_node_changed_again_right_after_a_read_is_seen_though_listed_once() -> None:
+    nodes = [NodeInfo.create(f"n{index}", Resource(milli_cpu=4000)) for index in range(3)]
+    conf = SchedulerConfig(actions=("allocate",), tiers=())
+    ssn = Session(ClusterSnapshot(nodes={node.name: node for node in nodes}), conf, default_registry())
+    index = ssn.node_index(nodes)
+    nodes[2].touch()
+    nodes[2].touch()
+    assert index.generations().tolist() == _generations_read_one_by_one(nodes)
+    # The last node listed changes again after the read: it is not listed again, yet read again.
+    nodes[2].add_task(pod("p", "red"))
+    assert index.generations().tolist() == _generations_read_one_by_one(nodes)
+    nodes[0].touch()
+    nodes[2].touch()
+    assert index.generations().tolist() == _generations_read_one_by_one(nodes)
+
+
 def test_a_second_session_over_nodes_another_session_reports_on_reads_every_node() -> None:
     nodes = [NodeInfo.create(f"n{index}", Resource(milli_cpu=4000)) for index in range(3)]
     conf = SchedulerConfig(actions=("allocate",), tiers=())

@@ -172,7 +172,8 @@ class NodeIndex:
             return self._read_all()
         generations = self._generations
         position = self._position
-        for step in range(self._read, len(log)):
+        # From the last entry read before: a node changed again right after is not listed again.
+        for step in range(max(0, self._read - 1), len(log)):
             node = log[step]
             at = position.get(id(node))
             if at is not None:
