@@ -530,6 +530,8 @@ def test_fit_errors_are_kept_as_recorded_and_merged_in_order_when_read() -> None
     reasons[0], reasons[1] = (wrong_zone,), (full,)
     scan = ScanFailures(names, reasons)
     assert len(scan) == 2 and dict(scan) == {"n1": (wrong_zone,), "n2": (full,)} and scan["n2"] == (full,)
+    assert list(scan.items()) == [("n1", (wrong_zone,)), ("n2", (full,))] and list(scan.keys()) == ["n1", "n2"]
+    assert list(scan.values()) == [(wrong_zone,), (full,)] and "n3" not in scan
     ssn.record_fit_errors(pod, scan)
     ssn.record_fit_errors(pod, {"n2": (wrong_zone,), "n3": (full,)})
     merged = {"n1": (wrong_zone,), "n2": (full, wrong_zone), "n3": (full,)}

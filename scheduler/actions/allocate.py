@@ -17,7 +17,7 @@ checked against every node, so its "0/N nodes are available" message counts them
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any
 
 import attrs
@@ -278,6 +278,16 @@ class ScanFailures(Mapping[str, Sequence[Status]]):
 
     def __len__(self) -> int:
         return len(self._names)
+
+    # The dict's own views: a reader going through them is not called back per node.
+    def keys(self) -> KeysView[str]:
+        return self._read().keys()
+
+    def items(self) -> ItemsView[str, Sequence[Status]]:
+        return self._read().items()
+
+    def values(self) -> ValuesView[Sequence[Status]]:
+        return self._read().values()
 
 
 def _keep_answers(

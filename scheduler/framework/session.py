@@ -828,7 +828,7 @@ class Session:
         records = self._fit_error_records.get(task_uid)
         if not records:
             return {}
-        merged = dict(records[0])
+        merged = dict(records[0].items())
         for per_node in records[1:]:
             for node_name, statuses in per_node.items():
                 known = merged.get(node_name)
