@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 
 class TaskStatus(enum.Enum):
+    # Members are singletons compared by identity: hashed by identity too, in C (Enum's own
+    # __hash__ is a Python call, and statuses are looked up in sets per task many times a cycle).
+    __hash__ = object.__hash__
+
     PENDING = "Pending"
     ALLOCATED = "Allocated"
     PIPELINED = "Pipelined"
