@@ -117,6 +117,52 @@ def test_merger_fast_fold_equals_walk(
     assert merger.merge() == merger.merge_exhaustive()
 
 
+@st.composite
+def wide_lists(draw: st.DrawFn) -> tuple[NumaMask, list[list[TopologyHint]]]:
+    # NUMA ids up to 40: defaults wider than the flag table (the fold on sets) as well as narrow ones.
+    numa_ids = sorted(draw(st.sets(st.integers(0, 40), min_size=1, max_size=5)))
+    masks = list(iterate_masks(numa_ids))
+    hint = st.builds(TopologyHint, st.one_of(st.none(), st.sampled_from(masks)), st.booleans())
+    return NumaMask.from_ids(numa_ids), draw(st.lists(st.lists(hint, min_size=1, max_size=6), max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(wide_lists(), st.booleans())
+def test_merger_fold_on_any_numa_ids_equals_walk(
+    case: tuple[NumaMask, list[list[TopologyHint]]], prefer_closest: bool
+) -> None:
+    default, lists = case
+    distances = {a: {b: 10 if a == b else 10 + abs(a - b) for b in default.ids()} for a in default.ids()}
+    merger = HintMerger.create(default, lists, prefer_closest=prefer_closest, distances=distances)
+    assert merger.merge() == merger.merge_exhaustive()
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_lists(), st.booleans())
+def test_flag_table_fold_equals_the_fold_on_sets(
+    case: tuple[NumaMask, list[list[TopologyHint]]], prefer_closest: bool
+) -> None:
+    """The vectorised non-preferred fold picks, among the same reachable masks, the mask the
+    per-mask sort key picks."""
+    default, lists = case
+    distances = {a: {b: 10 if a == b else 10 + 3 * abs(a - b) for b in default.ids()} for a in default.ids()}
+    merger = HintMerger.create(default, lists, prefer_closest=prefer_closest, distances=distances)
+    reachable = merger.reachable_bits()
+    assert set(merger.reachable_array().tolist()) == reachable
+    expected = min(reachable, key=merger.non_preferred_key) if reachable else None
+    assert merger.best_non_preferred_bits() == expected
+
+
+def test_non_preferred_target_is_the_widest_of_the_narrowest_stated_masks() -> None:
+    lists = [
+        [TopologyHint(NumaMask.of(0, 1), False), TopologyHint(NumaMask.of(3), False), TopologyHint(None, True)],
+        [TopologyHint(NumaMask.of(1, 2), False), TopologyHint(NumaMask.of(0, 1, 2), False)],
+        [TopologyHint(None, False)],
+    ]
+    assert HintMerger.create(NumaMask.of(0, 1, 2, 3), lists).target == 2
+    assert HintMerger(NumaMask.of(0, 1, 2, 3), (), 3).target == 3
+
+
 def test_eight_numa_full_cross_product_is_not_walked() -> None:
     # 255 hints per resource, three resources: 16.5 million combinations for the walk.
     numa_ids = list(range(8))

@@ -24,10 +24,13 @@ kubelet's decision bit for bit (pkg/kubelet/cm/topologymanager, policy*.go and n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import product
 
 import attrs
+import numpy as np
+import numpy.typing as npt
 
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.numamask import NumaMask
@@ -38,6 +41,11 @@ _LOCAL_DISTANCE = 10
 _REMOTE_DISTANCE = 20
 
 Distances = Mapping[int, Mapping[int, int]]
+Masks = npt.NDArray[np.int64]
+
+# The widest default mask (its highest NUMA id + 1) whose non-preferred fold runs on a table of
+# one flag per mask (HintMerger.reachable_array): 4096 flags. Wider machines fold on sets.
+_FLAG_TABLE_WIDTH = 12
 
 
 class PolicyError(ValueError):
@@ -132,14 +140,10 @@ def max_of_min_affinity_counts(hint_lists: Sequence[Sequence[TopologyHint]]) -> 
     """The widest of the providers' narrowest stated affinities (kubelet maxOfMinAffinityCounts)."""
     best = 0
     for hints in hint_lists:
-        narrowest: NumaMask | None = None
-        for hint in hints:
-            if hint.affinity is None:
-                continue
-            if narrowest is None or hint.affinity.is_narrower_than(narrowest):
-                narrowest = hint.affinity
-        if narrowest is not None:
-            best = max(best, narrowest.count())
+        # The narrowest mask is one with the fewest NUMA nodes (ties are broken on the value, which
+        # does not change the count), so only the counts are compared.
+        fewest = min((hint.affinity.bits.bit_count() for hint in hints if hint.affinity is not None), default=0)
+        best = max(best, fewest)
     return best
 
 
@@ -149,7 +153,9 @@ class HintMerger:
 
     numa_nodes: NumaMask
     hint_lists: tuple[tuple[TopologyHint, ...], ...]
-    best_non_preferred_count: int
+    # The kubelet's bestNonPreferredAffinityCount (max_of_min_affinity_counts of the lists); None:
+    # computed from the lists when first needed (target), as only a non-preferred fold reads it.
+    best_non_preferred_count: int | None = None
     prefer_closest: bool = False
     distances: Distances | None = None
 
@@ -165,10 +171,17 @@ class HintMerger:
         return cls(
             numa_nodes,
             tuple(tuple(hints) for hints in hint_lists),
-            max_of_min_affinity_counts(hint_lists),
+            None,
             prefer_closest,
             distances,
         )
+
+    @functools.cached_property
+    def target(self) -> int:
+        """The width a non-preferred merged hint aims for (best_non_preferred_count)."""
+        if self.best_non_preferred_count is not None:
+            return self.best_non_preferred_count
+        return max_of_min_affinity_counts(self.hint_lists)
 
     def fitter_mask(self, current: NumaMask, candidate: NumaMask) -> NumaMask:
         """Narrowest, or with prefer-closest the closest of two equally wide masks."""
@@ -200,7 +213,7 @@ class HintMerger:
         assert current.affinity is not None
         # Both non-preferred: aim for the width of the provider that needs the most NUMA nodes,
         # never wider; from below, the wider the better.
-        target = self.best_non_preferred_count
+        target = self.target
         current_count = current.affinity.count()
         candidate_count = candidate.affinity.count()
         if current_count > target:
@@ -238,12 +251,15 @@ class HintMerger:
         preferred = self.best_preferred_bits()
         if preferred is not None:
             return TopologyHint(NumaMask(preferred), True)
-        best: int | None = None
-        best_key: tuple[int, int, float, int] | None = None
-        for bits in self.reachable_bits():
-            key = self.non_preferred_key(bits)
-            if best_key is None or key < best_key:
-                best, best_key = bits, key
+        if self.numa_nodes.bits.bit_length() <= _FLAG_TABLE_WIDTH:
+            best = self.best_non_preferred_bits()
+        else:
+            best = None
+            best_key: tuple[int, int, float, int] | None = None
+            for bits in self.reachable_bits():
+                key = self.non_preferred_key(bits)
+                if best_key is None or key < best_key:
+                    best, best_key = bits, key
         return TopologyHint(self.numa_nodes if best is None else NumaMask(best), False)
 
     def preferred_candidate_bits(self) -> set[int]:
@@ -257,8 +273,16 @@ class HintMerger:
         offered: set[int] = set()
         every_list_has_any = True
         for hints in self.hint_lists:
-            stated = {hint.affinity.bits for hint in hints if hint.preferred and hint.affinity is not None}
-            if any(hint.preferred and hint.affinity is None for hint in hints):
+            # One pass per list: most hints of a long list are not preferred.
+            stated: set[int] = set()
+            preferred_any = False
+            for hint in hints:
+                if hint.preferred:
+                    if hint.affinity is None:
+                        preferred_any = True
+                    else:
+                        stated.add(hint.affinity.bits)
+            if preferred_any:
                 offered |= stated
                 continue
             every_list_has_any = False
@@ -299,6 +323,49 @@ class HintMerger:
         reachable.discard(0)
         return reachable
 
+    def reachable_array(self) -> Masks:
+        """reachable_bits as a sorted array, computed on a table of one flag per mask below the
+        default's highest bit (2**width flags; for machines of at most _FLAG_TABLE_WIDTH bits):
+        each list's step is one vector AND of every reachable mask with every stated one."""
+        default = self.numa_nodes.bits
+        size = 1 << default.bit_length()
+        reachable: Masks = np.array([default], dtype=np.int64)
+        for hints in self.hint_lists:
+            # Within the default: what lies outside it is cut by the first AND anyway.
+            stated = np.fromiter(
+                {hint.affinity.bits & default for hint in hints if hint.affinity is not None}, dtype=np.int64
+            )
+            flags = np.zeros(size, dtype=np.bool_)
+            flags[(reachable[:, np.newaxis] & stated[np.newaxis, :]).ravel()] = True
+            if any(hint.affinity is None for hint in hints):
+                flags[reachable] = True
+            flags[0] = False
+            reachable = np.flatnonzero(flags)
+            if not len(reachable):
+                break
+        return reachable
+
+    def best_non_preferred_bits(self) -> int | None:
+        """The non-preferred mask the fold would pick (the least non_preferred_key among the
+        reachable masks), None when no combination merges to a non-empty mask; vectorised over
+        reachable_array."""
+        reachable = self.reachable_array()
+        if not len(reachable):
+            return None
+        if self.prefer_closest:
+            masks: list[int] = reachable.tolist()
+            return min(masks, key=self.non_preferred_key)
+        counts = np.zeros(len(reachable), dtype=np.int64)
+        for bit in range(self.numa_nodes.bits.bit_length()):
+            counts += (reachable >> bit) & 1
+        target = self.target
+        # non_preferred_key without closeness, as one integer: band, then width, then the bits
+        # (below 2**_FLAG_TABLE_WIDTH); the width (at most 64 either way) is shifted positive.
+        band = np.where(counts == target, 0, np.where(counts < target, 1, 2))
+        width = np.where(counts == target, 0, np.where(counts < target, -counts, counts))
+        keys = (band << 40) | ((width + 64) << 32) | reachable
+        return int(reachable[int(np.argmin(keys))])
+
     def closeness(self, bits: int) -> float:
         if not self.prefer_closest:
             return 0.0
@@ -308,7 +375,7 @@ class HintMerger:
         """compare's order on non-preferred masks as a sort key: the target width first, then
         narrower ones (wider first), then wider ones (narrower first); ties as fitter_mask."""
         count = bits.bit_count()
-        target = self.best_non_preferred_count
+        target = self.target
         if count == target:
             band, width = 0, 0
         elif count < target:
