@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from conftest import load_hack_module, load_machine
 from hypothesis import given, settings
@@ -60,6 +61,27 @@ def test_cpu_hints_are_the_kubelets(machine: str, data: st.DataObject) -> None:
     assert as_masks(ours) == as_masks(km.cpu_hints(state, request))
     # Asked again (from the counts table), the very same tuple.
     assert cpu_hint_table(topology, IdSet(free), request, index=index) is ours
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_cpu_hints_count_only_allocatable_cpus_whatever_is_reserved(machine: str, data: st.DataObject) -> None:
+    """Free CPUs given with reserved ones and ids the machine does not have, one index shared by
+    topologies of other reserved sets (as the provider shares it by CPU rows): the hints are the
+    kubelet's for the free allocatable CPUs."""
+    base = TOPOLOGIES[machine]
+    index = CpuNodeIndex.of(base)
+    every = sorted(base.all_cpus)
+    for _ in range(2):
+        reserved = data.draw(st.sets(st.sampled_from(every), max_size=6), label="reserved")
+        topology = attrs.evolve(base, reserved_cpus=IdSet(reserved))
+        free = data.draw(st.sets(st.sampled_from([*every, every[-1] + 1, every[-1] + 9])), label="free")
+        request = data.draw(st.integers(min_value=1, max_value=len(every) + 2), label="request")
+        ours = cpu_hint_table(topology, IdSet(free), request, index=index)
+        usable = set(free) & set(topology.allocatable_cpus)
+        state = km.NodeState(km.node_from_topology(topology), usable, {})
+        assert as_masks(ours) == as_masks(km.cpu_hints(state, request))
 
 
 @pytest.mark.parametrize("machine", [m for m in MACHINES if TOPOLOGIES[m].devices])

@@ -169,6 +169,27 @@ class CpuNodeIndex:
     # allocate_cpus' answers and its packed takes (CpuChoices): nodes of one shape with the same
     # CPUs free get the same CPUs.
     choices: CpuChoices = attrs.field(factory=lambda: CpuChoices(), eq=False, repr=False)
+    # numa_runs' answers by the reserved CPUs (a cluster has few reserved sets per shape).
+    runs_by_reserved: dict[IdSet, tuple[tuple[int, int, int], ...]] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def numa_runs(self, reserved: IdSet) -> tuple[tuple[int, int, int], ...]:
+        """The allocatable CPUs (those of the layout, less `reserved`) as runs of consecutive ids
+        within one NUMA node: (position of the NUMA node in numa_ids, first id, last id + 1). The free
+        CPUs of each NUMA node are then counted with one bit count per run (most NUMA nodes are one
+        or two runs: their cores and the cores' second threads)."""
+        runs = self.runs_by_reserved.get(reserved)
+        if runs is None:
+            found: list[tuple[int, int, int]] = []
+            for position, numa in enumerate(self.numa_ids):
+                for cpu in self.cpus_by_numa[numa] - reserved:
+                    if found and found[-1][0] == position and found[-1][2] == cpu:
+                        found[-1] = (position, found[-1][1], cpu + 1)
+                    else:
+                        found.append((position, cpu, cpu + 1))
+            if len(self.runs_by_reserved) >= _MAX_RESERVED_SETS:
+                self.runs_by_reserved.clear()
+            runs = self.runs_by_reserved[reserved] = tuple(found)
+        return runs
 
     @classmethod
     def of(
@@ -313,21 +334,30 @@ def cpu_hint_table(
         index = CpuNodeIndex.of(topology)
     layout = index.layout
     reusable = reusable or _NO_CPUS
-    available = free_cpus & topology.allocatable_cpus
-    if reusable:
-        available = available - reusable
-    if index.options.full_pcpus_only:
-        if request_cpus % layout.cpus_per_core != 0:
-            return ()
-        available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
-
-    free_per_numa = {numa: cpus.count_common(available) for numa, cpus in index.cpus_by_numa.items()}
+    free_per_numa: tuple[int, ...]
+    if reusable or index.options.full_pcpus_only:
+        available = free_cpus & topology.allocatable_cpus
+        if reusable:
+            available = available - reusable
+        if index.options.full_pcpus_only:
+            if request_cpus % layout.cpus_per_core != 0:
+                return ()
+            available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
+        free_per_numa = tuple(cpus.count_common(available) for cpus in index.cpus_by_numa.values())
+    else:
+        # The free allocatable CPUs of each NUMA node, counted on the free CPUs' bits run by run
+        # (no intersection is built).
+        count = free_cpus.bits.count
+        totals = [0] * len(index.numa_ids)
+        for position, first, stop in index.numa_runs(topology.reserved_cpus):
+            totals[position] += count(1, first, stop)
+        free_per_numa = tuple(totals)
     if reusable:
         reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
         reused = len(reusable)
     else:
         reusable_bits = reused = 0
-    counts = (tuple(free_per_numa.values()), request_cpus, reusable_bits, reused, unknown)
+    counts = (free_per_numa, request_cpus, reusable_bits, reused, unknown)
     known = index.hints_by_counts.get(counts)
     if known is None:
         if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
@@ -344,19 +374,23 @@ _NO_CPUS = IdSet()
 # Distinct (counts, request) answers kept per topology before they are dropped and computed anew.
 _MAX_HINTS_BY_COUNTS = 4096
 
+# Reserved CPU sets whose runs a CpuNodeIndex keeps before it drops them and finds them anew.
+_MAX_RESERVED_SETS = 64
+
 
 def _hints_for_counts(
     index: CpuNodeIndex,
-    free_per_numa: Mapping[int, int],
+    free_per_numa: tuple[int, ...],
     request_cpus: int,
     reusable_bits: int,
     reused: int,
     unknown: int,
 ) -> tuple[TopologyHint, ...]:
-    """cpu_hint_table from the free CPUs per NUMA node: every mask that holds the reused CPUs and
-    enough free ones, preferred when no narrower mask holds the request (MaskTable)."""
+    """cpu_hint_table from the free CPUs per NUMA node (in the order of index.numa_ids, the mask
+    table's columns): every mask that holds the reused CPUs and enough free ones, preferred when no
+    narrower mask holds the request (MaskTable)."""
     table = index.mask_table
-    free = np.fromiter((free_per_numa[numa] for numa in table.numa_ids), dtype=np.int64, count=len(table.numa_ids))
+    free = np.array(free_per_numa, dtype=np.int64)
     fits = reused + np.maximum(0, table.members @ free - unknown) >= request_cpus
     if reusable_bits:
         fits &= table.holding(reusable_bits)
