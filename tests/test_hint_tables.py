@@ -67,21 +67,29 @@ def test_cpu_hints_are_the_kubelets(machine: str, data: st.DataObject) -> None:
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_cpu_hints_count_only_allocatable_cpus_whatever_is_reserved(machine: str, data: st.DataObject) -> None:
-    """Free CPUs given with reserved ones and ids the machine does not have, one index shared by
-    topologies of other reserved sets (as the provider shares it by CPU rows): the hints are the
-    kubelet's for the free allocatable CPUs."""
+    """Free CPUs given with reserved ones and ids the machine does not have, CPUs held by pods whose
+    ids are unknown, one index (and its table of answers by counts) shared by several states and by
+    topologies of other reserved sets, as the provider shares it by CPU rows: the masks are the
+    kubelet's for request + unknown free allocatable CPUs, preferred as the kubelet's for request."""
     base = TOPOLOGIES[machine]
     index = CpuNodeIndex.of(base)
     every = sorted(base.all_cpus)
-    for _ in range(2):
+    for _ in range(4):
         reserved = data.draw(st.sets(st.sampled_from(every), max_size=6), label="reserved")
         topology = attrs.evolve(base, reserved_cpus=IdSet(reserved))
         free = data.draw(st.sets(st.sampled_from([*every, every[-1] + 1, every[-1] + 9])), label="free")
         request = data.draw(st.integers(min_value=1, max_value=len(every) + 2), label="request")
-        ours = cpu_hint_table(topology, IdSet(free), request, index=index)
-        usable = set(free) & set(topology.allocatable_cpus)
-        state = km.NodeState(km.node_from_topology(topology), usable, {})
-        assert as_masks(ours) == as_masks(km.cpu_hints(state, request))
+        unknown = data.draw(st.integers(min_value=0, max_value=3), label="unknown")
+        ours = cpu_hint_table(topology, IdSet(free), request, index=index, unknown=unknown)
+        node = km.node_from_topology(topology)
+        state = km.NodeState(node, set(free) & set(topology.allocatable_cpus), {})
+        narrowest = min(
+            (len(mask) for mask in km.all_masks(node.numa_ids) if len(node.cpus_in(mask)) >= request),
+            default=len(node.numa_ids),
+        )
+        fitting = km.cpu_hints(state, request + unknown)
+        expected = [(ids, ids is not None and len(ids) == narrowest) for ids, _ in as_masks(fitting) or []]
+        assert as_masks(ours) == expected
 
 
 @pytest.mark.parametrize("machine", [m for m in MACHINES if TOPOLOGIES[m].devices])

@@ -357,6 +357,12 @@ def cpu_hint_table(
         reused = len(reusable)
     else:
         reusable_bits = reused = 0
+    # A mask fits when its free CPUs reach request + unknown - reused: a NUMA node's count above that
+    # tells nothing more, so counts are capped there and states that differ only above it share
+    # one answer.
+    cap = max(0, request_cpus + unknown - reused)
+    if free_per_numa and max(free_per_numa) > cap:
+        free_per_numa = tuple([free if free < cap else cap for free in free_per_numa])
     counts = (free_per_numa, request_cpus, reusable_bits, reused, unknown)
     known = index.hints_by_counts.get(counts)
     if known is None:
