@@ -557,6 +557,9 @@ def test_a_unit_plan_names_the_deciding_container_and_serves_every_pod_of_the_sh
     unit = plan.unit(second)
     assert unit.request is not None
     assert (unit.request.pod, unit.request.container) == ("default/second", "main")
+    # Built from the container's place in the pod's list, it is the unit built from the kubelet's order.
+    assert plan.position >= 0 and not second.containers[plan.position].init
+    assert unit == UnitPlan(Decides.CONTAINER, 1).unit(second)
     # Two pinned containers: only the full placement decides; nothing pinned: nothing decides.
     two = pod([container_object(name, "4", 4, 0, 0, guaranteed=True) for name in ("a", "b")])
     assert unit_plan(two, topology, providers, scope) is None

@@ -599,12 +599,17 @@ class UnitPlan:
 
     decides: Decides
     index: int = -1
+    # For CONTAINER, where unit_plan found it: the container's place in task.containers (the pod's
+    # shape fixes the order of its containers), so a unit is built without ordering them.
+    position: int = attrs.field(default=-1, eq=False, kw_only=True)
 
     def unit(self, task: TaskInfo) -> DecisionUnit:
         if self.decides is Decides.NOTHING:
             return DecisionUnit(None)
         if self.decides is Decides.POD:
             return DecisionUnit(pod_request(task))
+        if self.position >= 0:
+            return DecisionUnit(container_request(task, task.containers[self.position]))
         return DecisionUnit(container_request(task, containers_in_order(task)[self.index]))
 
 
@@ -630,7 +635,11 @@ def unit_plan(
     if not active:
         return UnitPlan(Decides.NOTHING)
     decisive = requests[active[0]]
-    return UnitPlan(Decides.CONTAINER, active[0]) if _allocation_follows_hint(decisive, topology, providers) else None
+    if not _allocation_follows_hint(decisive, topology, providers):
+        return None
+    deciding = containers_in_order(task)[active[0]]
+    position = next(place for place, container in enumerate(task.containers) if container is deciding)
+    return UnitPlan(Decides.CONTAINER, active[0], position=position)
 
 
 def decision_unit(
