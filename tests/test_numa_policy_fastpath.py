@@ -17,9 +17,20 @@ from hypothesis import strategies as st
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
-from numasched.api.topology import CpuInfo, DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
-from numasched.plugins.numaaware.admission import MergeMemo, _merge
+from numasched.api.resource import Resource
+from numasched.api.task import QosClass
+from numasched.api.topology import (
+    PREFER_CLOSEST_NUMA_NODES,
+    CpuInfo,
+    DeviceGroup,
+    DeviceInfo,
+    KubeletPolicies,
+    NumaTopology,
+    TopologyPolicy,
+)
+from numasched.plugins.numaaware.admission import MergeMemo, _merge, rejection_reason
 from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge
+from numasched.plugins.numaaware.providers.base import FreeResources, HintRequest
 from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hint_table
 from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hint_table
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
@@ -77,6 +88,31 @@ def test_remembered_merges_are_the_kubelets_fold_of_the_very_hints_asked(cases: 
             for policy in TopologyPolicy:
                 expected = _merge_exhaustive(policy, providers_hints, ids)
                 assert _merge(policy, providers_hints, topology, memo) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(scenarios(max_numa=4), min_size=1, max_size=6), st.booleans())
+def test_refusal_reasons_with_remembered_merges_are_those_merged_anew(
+    cases: list[Scenario], prefer_closest: bool
+) -> None:
+    """rejection_reason asks the memo (shared by many calls, as admit_pod does) for each resource
+    alone: the reason is the one the plain merge gives, with and without prefer-closest-numa-nodes."""
+    memo = MergeMemo()
+    options = {PREFER_CLOSEST_NUMA_NODES: "true"} if prefer_closest else {}
+    request = HintRequest(pod="ns/p", container="c", requests=Resource(4000, 0, {"gpu": 2000}), qos=QosClass.GUARANTEED)
+    free = FreeResources(cpus=IdSet.parse("0-3"))
+    for _ in range(2):
+        for numa_ids, hints, distances in cases:
+            topology = NumaTopology(
+                node_name="n",
+                numa_ids=tuple(numa_ids),
+                distances=distances,
+                policies=KubeletPolicies(topology_manager_options=options),
+            )
+            providers_hints = [_as_tuples(given) for given in hints]
+            for policy in TopologyPolicy:
+                expected = rejection_reason(request, providers_hints, policy, topology, free)
+                assert rejection_reason(request, providers_hints, policy, topology, free, memo) == expected
 
 
 def test_hints_given_as_a_list_are_merged_anew_each_time() -> None:

@@ -63,6 +63,7 @@ from numasched.plugins.numaaware.providers.dra import DraHintProvider
 from numasched.plugins.numaaware.providers.memory import MemoryHintProvider, requested_memory
 
 _GIB = 1 << 30
+_NO_IDS = IdSet()
 
 
 @attrs.frozen(slots=True)
@@ -215,7 +216,8 @@ def free_per_numa(resource: str, topology: NumaTopology, free: FreeResources) ->
     """What is free of a resource on each NUMA node, for a person reading a fit error."""
     numa_ids = sorted(topology.numa_ids)
     if resource == "cpu":
-        return {numa: str(len(free.cpus & topology.cpus_by_numa.get(numa, IdSet()))) for numa in numa_ids}
+        cpus_by_numa = topology.cpus_by_numa
+        return {numa: str(free.cpus.count_common(cpus_by_numa.get(numa, _NO_IDS))) for numa in numa_ids}
     if resource in free.memory:
         per_numa = free.memory[resource]
         return {numa: _format_amount(resource, per_numa.get(numa, 0)) for numa in numa_ids}
@@ -242,13 +244,20 @@ def rejection_reason(
     policy: TopologyPolicy,
     topology: NumaTopology,
     free: FreeResources,
+    merges: MergeMemo | None = None,
 ) -> str:
-    """Name the resource the merge could not align (or the resources that conflict)."""
+    """Name the resource the merge could not align (or the resources that conflict). `merges`:
+    merged hints kept by the caller (MergeMemo), asked for each resource alone where the node
+    does not prefer the closest NUMA nodes (the option the plain merge here leaves out)."""
     resources: list[str] = []
+    remembered = merges is not None and not topology.policies.prefer_closest_numa_nodes
     for provider_hints in providers_hints:
         for resource, hints in (provider_hints or {}).items():
             resources.append(resource)
-            _, alone = merge(policy, [{resource: hints}], topology.numa_ids)
+            if remembered and merges is not None:
+                _, alone = merges.merge(policy, [{resource: hints}], topology)
+            else:
+                _, alone = merge(policy, [{resource: hints}], topology.numa_ids)
             if not alone:
                 # ResourceClaims are named, not counted (their hints are the claims' together).
                 amount = request.amount(resource)
@@ -682,7 +691,7 @@ def admit_pod(
     providers_hints = _hints(unit.request, providers, topology, free)
     hint, admitted = _merge(policy, providers_hints, topology, merges)
     if not admitted:
-        return Placement(False, rejection_reason(unit.request, providers_hints, policy, topology, free))
+        return Placement(False, rejection_reason(unit.request, providers_hints, policy, topology, free, merges))
     if hint.preferred and not _states_hints(providers_hints):
         return Admission(hint, NumaMask())
     if hint.preferred and hint.affinity is not None:
