@@ -312,6 +312,24 @@ def test_device_hints_count_devices_per_mask_and_partition(case: tuple[DeviceGro
     assert actual == expected
 
 
+@settings(max_examples=100, deadline=None)
+@given(device_cases(), st.lists(st.tuples(st.lists(st.integers(0, 9), max_size=10), st.integers(0, 6))))
+def test_device_hints_remembered_by_free_ids_are_those_computed_anew(
+    case: tuple[DeviceGroup, list[str], int], asks: list[tuple[list[int], int]]
+) -> None:
+    """One index asked for many free sets (repeated, reordered, with duplicates and ids the group
+    does not have), requests and unknown holdings: every answer is the one a fresh index gives."""
+    group, _, _ = case
+    names = [device.id for device in group.devices] + ["unknown"]
+    numa_ids = [0, 1, 2, 3]
+    index = DeviceGroupIndex.of(group, numa_ids)
+    for picks, request in asks * 2:
+        free = tuple(names[pick % len(names)] for pick in picks)
+        for unknown in (0, 2, 1):
+            remembered = device_hint_table(group, numa_ids, free, request, index=index, unknown=unknown)
+            assert remembered == device_hint_table(group, numa_ids, list(free), request, unknown=unknown)
+
+
 def test_equal_cpu_hints_from_different_free_counts_are_one_tuple() -> None:
     """The merge memo finds merged hints by the tuple's identity: hints of equal content from other
     free counts must be the very same tuple, and hints of other content another one."""
