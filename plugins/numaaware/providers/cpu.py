@@ -169,27 +169,31 @@ class CpuNodeIndex:
     # allocate_cpus' answers and its packed takes (CpuChoices): nodes of one shape with the same
     # CPUs free get the same CPUs.
     choices: CpuChoices = attrs.field(factory=lambda: CpuChoices(), eq=False, repr=False)
-    # numa_runs' answers by the reserved CPUs (a cluster has few reserved sets per shape).
-    runs_by_reserved: dict[IdSet, tuple[tuple[int, int, int], ...]] = attrs.field(factory=dict, eq=False, repr=False)
+    # numa_masks' answers by the reserved CPUs and a length.
+    masks_by_length: dict[tuple[IdSet, int], tuple[frozenbitarray, ...]] = attrs.field(
+        factory=dict, eq=False, repr=False
+    )
 
-    def numa_runs(self, reserved: IdSet) -> tuple[tuple[int, int, int], ...]:
-        """The allocatable CPUs (those of the layout, less `reserved`) as runs of consecutive ids
-        within one NUMA node: (position of the NUMA node in numa_ids, first id, last id + 1). The free
-        CPUs of each NUMA node are then counted with one bit count per run (most NUMA nodes are one
-        or two runs: their cores and the cores' second threads)."""
-        runs = self.runs_by_reserved.get(reserved)
-        if runs is None:
-            found: list[tuple[int, int, int]] = []
-            for position, numa in enumerate(self.numa_ids):
-                for cpu in self.cpus_by_numa[numa] - reserved:
-                    if found and found[-1][0] == position and found[-1][2] == cpu:
-                        found[-1] = (position, found[-1][1], cpu + 1)
-                    else:
-                        found.append((position, cpu, cpu + 1))
-            if len(self.runs_by_reserved) >= _MAX_RESERVED_SETS:
-                self.runs_by_reserved.clear()
-            runs = self.runs_by_reserved[reserved] = tuple(found)
-        return runs
+    def free_per_numa(self, free_cpus: IdSet, reserved: IdSet) -> tuple[int, ...]:
+        """How many of `free_cpus` are allocatable (CPUs of the layout, not `reserved`) on each NUMA
+        node of numa_ids: one bit count per NUMA node on the free CPUs' bits, no set built."""
+        bits = free_cpus.bits
+        masks = self.masks_by_length.get((reserved, len(bits)))
+        if masks is None:
+            masks = self.numa_masks(reserved, len(bits))
+        return tuple([count_and(bits, mask) for mask in masks])
+
+    def numa_masks(self, reserved: IdSet, length: int) -> tuple[frozenbitarray, ...]:
+        """Per NUMA node of numa_ids, its allocatable CPUs as `length` bits (the length of a free
+        set's bits, which end at its largest id); kept in masks_by_length."""
+        masks = []
+        for numa in self.numa_ids:
+            bits = (self.cpus_by_numa[numa] - reserved).bits
+            masks.append(frozenbitarray(bits[:length] if len(bits) >= length else bits + zeros(length - len(bits))))
+        if len(self.masks_by_length) >= _MAX_NUMA_MASKS:
+            self.masks_by_length.clear()
+        found = self.masks_by_length[(reserved, length)] = tuple(masks)
+        return found
 
     @classmethod
     def of(
@@ -345,13 +349,7 @@ def cpu_hint_table(
             available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
         free_per_numa = tuple(cpus.count_common(available) for cpus in index.cpus_by_numa.values())
     else:
-        # The free allocatable CPUs of each NUMA node, counted on the free CPUs' bits run by run
-        # (no intersection is built).
-        count = free_cpus.bits.count
-        totals = [0] * len(index.numa_ids)
-        for position, first, stop in index.numa_runs(topology.reserved_cpus):
-            totals[position] += count(1, first, stop)
-        free_per_numa = tuple(totals)
+        free_per_numa = index.free_per_numa(free_cpus, topology.reserved_cpus)
     if reusable:
         reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
         reused = len(reusable)
@@ -380,8 +378,9 @@ _NO_CPUS = IdSet()
 # Distinct (counts, request) answers kept per topology before they are dropped and computed anew.
 _MAX_HINTS_BY_COUNTS = 4096
 
-# Reserved CPU sets whose runs a CpuNodeIndex keeps before it drops them and finds them anew.
-_MAX_RESERVED_SETS = 64
+# NUMA masks (per reserved set and length) a CpuNodeIndex keeps before it drops them and builds
+# them anew: a few reserved sets per machine shape, and a free set's bits end at its largest id.
+_MAX_NUMA_MASKS = 1024
 
 
 def _hints_for_counts(
