@@ -399,44 +399,43 @@ class MergeMemo:
     __slots__ = ("_merged",)
 
     def __init__(self) -> None:
-        self._merged: dict[Hashable, tuple[tuple[TopologyHint, bool], tuple[object, ...]]] = {}
+        self._merged: dict[Hashable, tuple[tuple[TopologyHint, bool], list[object]]] = {}
 
     def merge(
         self, policy: TopologyPolicy, providers_hints: Sequence[ResourceHints | None], topology: NumaTopology
     ) -> tuple[TopologyHint, bool]:
+        # The key, flat: per provider None, or its number of resources and then per resource its
+        # name and its hints' identity (None for no preference): read back in one way only.
+        key: list[Hashable] = [policy, topology.numa_ids]
         held: list[object] = []
-        shape: list[Hashable] = []
         for provider_hints in providers_hints:
             if provider_hints is None:
-                shape.append(None)
+                key.append(None)
                 continue
-            entries: list[Hashable] = []
+            key.append(len(provider_hints))
             for resource, hints in provider_hints.items():
+                key.append(resource)
                 if hints is None:
-                    entries.append((resource, None))
-                elif isinstance(hints, tuple):
-                    entries.append((resource, id(hints)))
+                    key.append(None)
+                elif type(hints) is tuple:
+                    key.append(id(hints))
                     held.append(hints)
                 else:
                     # A list may change after the call: its identity does not name its content.
                     return _merge_now(policy, providers_hints, topology)
-            shape.append(tuple(entries))
-        key = (policy, topology.numa_ids, tuple(shape))
-        found = self._merged.get(key)
-        if found is not None and _same_objects(found[1], held):
+        found = self._merged.get(tuple(key))
+        # The very tuples named (or, where an identity was reused, tuples of equal content: the
+        # merge reads nothing else of them).
+        if found is not None and found[1] == held:
             return found[0]
         if len(self._merged) >= MAX_MERGES:
             self._merged.clear()
         merged = _merge_now(policy, providers_hints, topology)
-        self._merged[key] = (merged, tuple(held))
+        self._merged[tuple(key)] = (merged, held)
         return merged
 
     def __len__(self) -> int:
         return len(self._merged)
-
-
-def _same_objects(kept: Sequence[object], given: Sequence[object]) -> bool:
-    return len(kept) == len(given) and all(a is b for a, b in zip(kept, given, strict=True))
 
 
 def _merge(
