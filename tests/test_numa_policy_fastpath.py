@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -29,7 +30,13 @@ from numasched.api.topology import (
     TopologyPolicy,
 )
 from numasched.plugins.numaaware.admission import MergeMemo, _merge, rejection_reason
-from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge
+from numasched.plugins.numaaware.policy import (
+    HintMerger,
+    ReadHints,
+    _merge_exhaustive,
+    max_of_min_affinity_counts,
+    merge,
+)
 from numasched.plugins.numaaware.providers.base import FreeResources, HintRequest
 from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hint_table
 from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hint_table
@@ -67,6 +74,47 @@ def test_fast_merge_equals_exhaustive_walk(
     expected = _merge_exhaustive(policy, providers_hints, numa_ids, prefer_closest=prefer_closest, distances=table)
     actual = merge(policy, providers_hints, numa_ids, prefer_closest=prefer_closest, distances=table)
     assert actual == expected
+
+
+@st.composite
+def read_scenarios(draw: st.DrawFn) -> tuple[list[int], list[ResourceHints | None]]:
+    """Providers' hints given as ReadHints (read once when made), as tuples or as lists, on
+    machines of up to 6 NUMA nodes, with masks that also name NUMA ids the machine lacks (up to 63)."""
+    numa_ids = sorted(draw(st.sets(st.integers(0, 5), min_size=1, max_size=6)))
+    ids = st.sets(st.one_of(st.sampled_from(numa_ids), st.integers(0, 63)), max_size=4)
+    hint = st.builds(TopologyHint, st.one_of(st.none(), ids.map(NumaMask.from_ids)), st.booleans())
+    kinds: list[Any] = [ReadHints, tuple, list]
+    hints = st.tuples(st.lists(hint, max_size=8), st.sampled_from(kinds)).map(lambda pair: pair[1](pair[0]))
+    resource_hints: st.SearchStrategy[Sequence[TopologyHint] | None] = st.one_of(st.none(), hints)
+    provider = st.one_of(st.none(), st.dictionaries(st.sampled_from(["cpu", "gpu", "nic"]), resource_hints, max_size=3))
+    return numa_ids, draw(st.lists(provider, max_size=4))
+
+
+@settings(max_examples=400, deadline=None)
+@given(read_scenarios(), st.sampled_from(list(TopologyPolicy)))
+def test_merge_of_hints_read_once_is_the_kubelets_fold(
+    scenario: tuple[list[int], list[ResourceHints | None]], policy: TopologyPolicy
+) -> None:
+    numa_ids, providers_hints = scenario
+    plain: list[ResourceHints | None] = [
+        None if given is None else {r: None if h is None else list(h) for r, h in given.items()}
+        for given in providers_hints
+    ]
+    assert merge(policy, providers_hints, numa_ids) == _merge_exhaustive(policy, plain, numa_ids)
+
+
+@given(
+    st.lists(st.builds(TopologyHint, st.one_of(st.none(), st.integers(0, (1 << 64) - 1).map(NumaMask)), st.booleans()))
+)
+def test_a_hint_reading_is_what_the_hints_state(hints: list[TopologyHint]) -> None:
+    reading = ReadHints(hints).reading
+    stated = {hint.affinity.bits for hint in hints if hint.affinity is not None}
+    assert reading.stated == stated
+    assert sorted(reading.low_stated.tolist()) == sorted(bits & 0xFFF for bits in stated)
+    assert reading.preferred == {hint.affinity.bits for hint in hints if hint.preferred and hint.affinity is not None}
+    assert reading.preferred_any == any(hint.preferred and hint.affinity is None for hint in hints)
+    assert reading.keeps == any(hint.affinity is None for hint in hints)
+    assert reading.fewest == max_of_min_affinity_counts([hints])
 
 
 def _as_tuples(given: ResourceHints | None) -> ResourceHints | None:

@@ -417,7 +417,7 @@ class MergeMemo:
                 key.append(resource)
                 if hints is None:
                     key.append(None)
-                elif type(hints) is tuple:
+                elif isinstance(hints, tuple):
                     key.append(id(hints))
                     held.append(hints)
                 else:

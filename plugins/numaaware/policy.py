@@ -93,9 +93,10 @@ def average_distance(mask: NumaMask, distances: Distances | None) -> float:
     return total / (len(ids) * len(ids))
 
 
-def expand_provider_hints(providers_hints: Sequence[ResourceHints | None]) -> list[list[TopologyHint]]:
-    """One hint list per resource, with "no preference" and "impossible" made explicit."""
-    lists: list[list[TopologyHint]] = []
+def expand_provider_hints(providers_hints: Sequence[ResourceHints | None]) -> list[Sequence[TopologyHint]]:
+    """One hint list per resource, with "no preference" and "impossible" made explicit. A tuple
+    is taken as it is (it cannot change; a ReadHints keeps its reading)."""
+    lists: list[Sequence[TopologyHint]] = []
     for provider_hints in providers_hints:
         if not provider_hints:
             lists.append([TopologyHint(None, True)])
@@ -106,7 +107,7 @@ def expand_provider_hints(providers_hints: Sequence[ResourceHints | None]) -> li
             elif not hints:
                 lists.append([TopologyHint(None, False)])
             else:
-                lists.append(list(hints))
+                lists.append(hints if isinstance(hints, tuple) else list(hints))
     return lists
 
 
@@ -147,6 +148,58 @@ def max_of_min_affinity_counts(hint_lists: Sequence[Sequence[TopologyHint]]) -> 
     return best
 
 
+# The low bits of a stated mask a HintReading keeps as an array: all the flag table reads.
+_LOW_BITS = (1 << _FLAG_TABLE_WIDTH) - 1
+# The NUMA nodes in each mask of the flag table (read-only).
+_BIT_COUNTS: Masks = np.array([bits.bit_count() for bits in range(1 << _FLAG_TABLE_WIDTH)], dtype=np.int64)
+_BIT_COUNTS.flags.writeable = False
+
+
+@attrs.frozen(slots=True, eq=False)
+class HintReading:
+    """What the fold reads of one resource's hint list besides its combinations: the masks it
+    states (as a set, and their low bits as an array for the flag table), the masks of its
+    preferred hints, whether a preferred hint and whether any hint has no affinity, and the fewest
+    NUMA nodes of a stated mask (0: none stated)."""
+
+    stated: frozenset[int]
+    low_stated: Masks
+    preferred: frozenset[int]
+    preferred_any: bool
+    keeps: bool
+    fewest: int
+
+    @classmethod
+    def of(cls, hints: Sequence[TopologyHint]) -> HintReading:
+        stated: set[int] = set()
+        preferred: set[int] = set()
+        preferred_any = keeps = False
+        for hint in hints:
+            if hint.affinity is None:
+                keeps = True
+                preferred_any = preferred_any or hint.preferred
+            else:
+                stated.add(hint.affinity.bits)
+                if hint.preferred:
+                    preferred.add(hint.affinity.bits)
+        low = np.fromiter((bits & _LOW_BITS for bits in stated), dtype=np.int64, count=len(stated))
+        low.flags.writeable = False
+        fewest = min((bits.bit_count() for bits in stated), default=0)
+        return cls(frozenset(stated), low, frozenset(preferred), preferred_any, keeps, fewest)
+
+
+class ReadHints(tuple[TopologyHint, ...]):
+    """A hint tuple handed out again and again (a provider's answers kept by content), read for
+    the fold once, when it is made (HintReading)."""
+
+    reading: HintReading
+
+    def __new__(cls, hints: Iterable[TopologyHint]) -> ReadHints:
+        made = super().__new__(cls, hints)
+        made.reading = HintReading.of(made)
+        return made
+
+
 @attrs.frozen(slots=True)
 class HintMerger:
     """The kubelet's fold over all combinations of hints, keeping the best merged hint."""
@@ -170,7 +223,7 @@ class HintMerger:
     ) -> HintMerger:
         return cls(
             numa_nodes,
-            tuple(tuple(hints) for hints in hint_lists),
+            tuple(hints if isinstance(hints, tuple) else tuple(hints) for hints in hint_lists),
             None,
             prefer_closest,
             distances,
@@ -181,7 +234,14 @@ class HintMerger:
         """The width a non-preferred merged hint aims for (best_non_preferred_count)."""
         if self.best_non_preferred_count is not None:
             return self.best_non_preferred_count
-        return max_of_min_affinity_counts(self.hint_lists)
+        return max((reading.fewest for reading in self.readings), default=0)
+
+    @functools.cached_property
+    def readings(self) -> tuple[HintReading, ...]:
+        """What the fold reads of each list (HintReading), kept by the lists that carry theirs."""
+        return tuple(
+            hints.reading if isinstance(hints, ReadHints) else HintReading.of(hints) for hints in self.hint_lists
+        )
 
     def fitter_mask(self, current: NumaMask, candidate: NumaMask) -> NumaMask:
         """Narrowest, or with prefer-closest the closest of two equally wide masks."""
@@ -272,21 +332,13 @@ class HintMerger:
         required: set[int] | None = None
         offered: set[int] = set()
         every_list_has_any = True
-        for hints in self.hint_lists:
-            # One pass per list: most hints of a long list are not preferred.
-            stated: set[int] = set()
-            preferred_any = False
-            for hint in hints:
-                if hint.preferred:
-                    if hint.affinity is None:
-                        preferred_any = True
-                    else:
-                        stated.add(hint.affinity.bits)
-            if preferred_any:
+        for reading in self.readings:
+            stated = reading.preferred
+            if reading.preferred_any:
                 offered |= stated
                 continue
             every_list_has_any = False
-            required = stated if required is None else required & stated
+            required = set(stated) if required is None else required & stated
             if not required:
                 return set()
         # Lists with a preferred "any" take any A; the others must each state A themselves.
@@ -329,20 +381,21 @@ class HintMerger:
         each list's step is one vector AND of every reachable mask with every stated one."""
         default = self.numa_nodes.bits
         size = 1 << default.bit_length()
-        reachable: Masks = np.array([default], dtype=np.int64)
-        for hints in self.hint_lists:
-            # Within the default: what lies outside it is cut by the first AND anyway.
-            stated = np.fromiter(
-                {hint.affinity.bits & default for hint in hints if hint.affinity is not None}, dtype=np.int64
-            )
+        reachable: Masks = np.array([default] if default else [], dtype=np.int64)
+        for reading in self.readings:
+            if not len(reachable):
+                break
+            if not len(reading.low_stated) and reading.keeps:
+                continue  # only "any": every reachable mask stays as it is
+            # Within the default: what lies outside it is cut by the first AND anyway (and the
+            # default lies within the low bits the reading keeps).
+            stated = reading.low_stated & default
             flags = np.zeros(size, dtype=np.bool_)
             flags[(reachable[:, np.newaxis] & stated[np.newaxis, :]).ravel()] = True
-            if any(hint.affinity is None for hint in hints):
+            if reading.keeps:
                 flags[reachable] = True
             flags[0] = False
             reachable = np.flatnonzero(flags)
-            if not len(reachable):
-                break
         return reachable
 
     def best_non_preferred_bits(self) -> int | None:
@@ -355,16 +408,16 @@ class HintMerger:
         if self.prefer_closest:
             masks: list[int] = reachable.tolist()
             return min(masks, key=self.non_preferred_key)
-        counts = np.zeros(len(reachable), dtype=np.int64)
-        for bit in range(self.numa_nodes.bits.bit_length()):
-            counts += (reachable >> bit) & 1
+        # non_preferred_key without closeness: the masks of the target width, else the widest
+        # narrower ones, else the narrowest wider ones; among them the lowest value (the array is
+        # sorted, so the first).
+        counts = _BIT_COUNTS[reachable]
         target = self.target
-        # non_preferred_key without closeness, as one integer: band, then width, then the bits
-        # (below 2**_FLAG_TABLE_WIDTH); the width (at most 64 either way) is shifted positive.
-        band = np.where(counts == target, 0, np.where(counts < target, 1, 2))
-        width = np.where(counts == target, 0, np.where(counts < target, -counts, counts))
-        keys = (band << 40) | ((width + 64) << 32) | reachable
-        return int(reachable[int(np.argmin(keys))])
+        chosen = counts == target
+        if not chosen.any():
+            below = counts < target
+            chosen = below & (counts == counts[below].max()) if below.any() else counts == counts.min()
+        return int(reachable[chosen][0])
 
     def closeness(self, bits: int) -> float:
         if not self.prefer_closest:

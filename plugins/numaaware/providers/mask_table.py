@@ -4,7 +4,8 @@ machine): which NUMA nodes each mask holds, its width, and the most of the resou
 hold (which decides whether a hint is preferred).
 
 Hints of equal content are handed out as one tuple (MaskTable.hints): numa-aware remembers what
-it merged from a tuple by the tuple's identity.
+it merged from a tuple by the tuple's identity, and the tuple (a ReadHints) carries what the merge
+reads of it, read once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from numasched.api.hint import TopologyHint
 from numasched.api.numamask import NumaMask
+from numasched.plugins.numaaware.policy import ReadHints
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -60,7 +62,7 @@ class MaskTable:
         key = ("fitting", fits.tobytes(), narrowest)
         found = interned.get(key)
         if found is None:
-            found = interned[key] = tuple(
+            found = interned[key] = ReadHints(
                 TopologyHint(self.masks[row], int(self.widths[row]) == narrowest)
                 for row in np.flatnonzero(fits).tolist()
             )
