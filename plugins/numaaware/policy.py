@@ -42,6 +42,7 @@ _REMOTE_DISTANCE = 20
 
 Distances = Mapping[int, Mapping[int, int]]
 Masks = npt.NDArray[np.int64]
+Flags = npt.NDArray[np.bool_]
 
 # The widest default mask (its highest NUMA id + 1) whose non-preferred fold runs on a table of
 # one flag per mask (HintMerger.reachable_array): 4096 flags. Wider machines fold on sets.
@@ -99,24 +100,25 @@ def expand_provider_hints(providers_hints: Sequence[ResourceHints | None]) -> li
     lists: list[Sequence[TopologyHint]] = []
     for provider_hints in providers_hints:
         if not provider_hints:
-            lists.append([TopologyHint(None, True)])
+            lists.append(_NO_PREFERENCE)
             continue
         for hints in provider_hints.values():
             if hints is None:
-                lists.append([TopologyHint(None, True)])
+                lists.append(_NO_PREFERENCE)
             elif not hints:
-                lists.append([TopologyHint(None, False)])
+                lists.append(_IMPOSSIBLE)
             else:
                 lists.append(hints if isinstance(hints, tuple) else list(hints))
     return lists
 
 
-def filter_single_numa_hints(hint_lists: Sequence[Sequence[TopologyHint]]) -> list[list[TopologyHint]]:
+def filter_single_numa_hints(hint_lists: Sequence[Sequence[TopologyHint]]) -> list[Sequence[TopologyHint]]:
     """Keep, per resource, the preferred hints that are "any" or exactly one NUMA node."""
-    return [
-        [hint for hint in hints if hint.preferred and (hint.affinity is None or hint.affinity.count() == 1)]
-        for hints in hint_lists
-    ]
+    return [hints.single_numa() if isinstance(hints, ReadHints) else _single_numa(hints) for hints in hint_lists]
+
+
+def _single_numa(hints: Sequence[TopologyHint]) -> list[TopologyHint]:
+    return [hint for hint in hints if hint.preferred and (hint.affinity is None or hint.affinity.count() == 1)]
 
 
 def merge_combination(default: NumaMask, combination: Iterable[TopologyHint]) -> TopologyHint:
@@ -148,8 +150,6 @@ def max_of_min_affinity_counts(hint_lists: Sequence[Sequence[TopologyHint]]) -> 
     return best
 
 
-# The low bits of a stated mask a HintReading keeps as an array: all the flag table reads.
-_LOW_BITS = (1 << _FLAG_TABLE_WIDTH) - 1
 # The NUMA nodes in each mask of the flag table (read-only).
 _BIT_COUNTS: Masks = np.array([bits.bit_count() for bits in range(1 << _FLAG_TABLE_WIDTH)], dtype=np.int64)
 _BIT_COUNTS.flags.writeable = False
@@ -158,19 +158,21 @@ _BIT_COUNTS.flags.writeable = False
 @attrs.frozen(slots=True, eq=False)
 class HintReading:
     """What the fold reads of one resource's hint list besides its combinations: the masks it
-    states (as a set, and their low bits as an array for the flag table), the masks of its
-    preferred hints, whether a preferred hint and whether any hint has no affinity, and the fewest
-    NUMA nodes of a stated mask (0: none stated)."""
+    states, the masks of its preferred hints, whether a preferred hint and whether any hint has no
+    affinity, the fewest NUMA nodes of a stated mask (0: none stated), and, for a list read once
+    and kept (ReadHints), per mask of the flag table how many stated masks hold it (supersets)."""
 
     stated: frozenset[int]
-    low_stated: Masks
     preferred: frozenset[int]
     preferred_any: bool
     keeps: bool
     fewest: int
+    supersets: Masks | None = None
+    # For a kept list: per mask of the flag table, how many stated masks' low bits are exactly it.
+    low_counts: Masks | None = None
 
     @classmethod
-    def of(cls, hints: Sequence[TopologyHint]) -> HintReading:
+    def of(cls, hints: Sequence[TopologyHint], *, kept: bool = False) -> HintReading:
         stated: set[int] = set()
         preferred: set[int] = set()
         preferred_any = keeps = False
@@ -182,10 +184,63 @@ class HintReading:
                 stated.add(hint.affinity.bits)
                 if hint.preferred:
                     preferred.add(hint.affinity.bits)
-        low = np.fromiter((bits & _LOW_BITS for bits in stated), dtype=np.int64, count=len(stated))
-        low.flags.writeable = False
         fewest = min((bits.bit_count() for bits in stated), default=0)
-        return cls(frozenset(stated), low, frozenset(preferred), preferred_any, keeps, fewest)
+        if not kept:
+            return cls(frozenset(stated), frozenset(preferred), preferred_any, keeps, fewest)
+        low_counts = _low_counts(stated, _FLAG_TABLE_WIDTH)
+        supersets = _superset_sums(low_counts.copy(), _FLAG_TABLE_WIDTH)
+        low_counts.flags.writeable = supersets.flags.writeable = False
+        return cls(frozenset(stated), frozenset(preferred), preferred_any, keeps, fewest, supersets, low_counts)
+
+    def first_step(self, default: int) -> Flags:
+        """Flags of the masks the first list's step reaches from the default alone: every stated
+        mask within the default (the default too where the list keeps it), 0 excluded."""
+        width = default.bit_length()
+        flags: Flags
+        if self.low_counts is not None and width <= _FLAG_TABLE_WIDTH and default == (1 << width) - 1:
+            # Within a default of all the low bits: the low counts folded onto its width.
+            flags = self.low_counts.reshape(-1, 1 << width).sum(axis=0) > 0
+        else:
+            flags = np.zeros(1 << width, dtype=np.bool_)
+            flags[np.fromiter({bits & default for bits in self.stated}, dtype=np.int64)] = True
+        if self.keeps:
+            flags[default] = True
+        flags[0] = False
+        return flags
+
+    def supersets_within(self, width: int) -> Masks:
+        """Per mask below 2**width, how many stated masks hold it (their bits from width up do
+        not matter: a mask below 2**width is held or not by the bits below)."""
+        if self.supersets is not None and width <= _FLAG_TABLE_WIDTH:
+            return self.supersets[: 1 << width]
+        return _stated_supersets(self.stated, width)
+
+
+def _low_counts(stated: Iterable[int], width: int) -> Masks:
+    low = (1 << width) - 1
+    counts = np.bincount(np.fromiter((bits & low for bits in stated), dtype=np.int64), minlength=1 << width)
+    return counts.astype(np.int64)
+
+
+def _stated_supersets(stated: Iterable[int], width: int) -> Masks:
+    return _superset_sums(_low_counts(stated, width), width)
+
+
+def _superset_sums(values: Masks, width: int) -> Masks:
+    """Per mask x below 2**width, the sum of values[y] over every y that holds x (in place)."""
+    for bit in range(width):
+        pairs = values.reshape(-1, 2, 1 << bit)
+        pairs[:, 0, :] += pairs[:, 1, :]
+    return values
+
+
+def _exact_from_superset_sums(sums: Masks, width: int) -> Masks:
+    """_superset_sums undone (in place): from per mask the sum over its supersets, per mask its own
+    value (Moebius inversion on the subset lattice)."""
+    for bit in range(width):
+        pairs = sums.reshape(-1, 2, 1 << bit)
+        pairs[:, 0, :] -= pairs[:, 1, :]
+    return sums
 
 
 class ReadHints(tuple[TopologyHint, ...]):
@@ -193,11 +248,25 @@ class ReadHints(tuple[TopologyHint, ...]):
     the fold once, when it is made (HintReading)."""
 
     reading: HintReading
+    # Its hints single-numa-node keeps (single_numa), once asked for.
+    _single: ReadHints | None
 
     def __new__(cls, hints: Iterable[TopologyHint]) -> ReadHints:
         made = super().__new__(cls, hints)
-        made.reading = HintReading.of(made)
+        made.reading = HintReading.of(made, kept=True)
+        made._single = None
         return made
+
+    def single_numa(self) -> ReadHints:
+        """filter_single_numa_hints of these hints, kept (it is asked again for every merge)."""
+        if self._single is None:
+            self._single = ReadHints(_single_numa(self))
+        return self._single
+
+
+# The hint lists of "no preference" and "cannot be satisfied" (expand_provider_hints).
+_NO_PREFERENCE = ReadHints((TopologyHint(None, True),))
+_IMPOSSIBLE = ReadHints((TopologyHint(None, False),))
 
 
 @attrs.frozen(slots=True)
@@ -376,27 +445,33 @@ class HintMerger:
         return reachable
 
     def reachable_array(self) -> Masks:
-        """reachable_bits as a sorted array, computed on a table of one flag per mask below the
-        default's highest bit (2**width flags; for machines of at most _FLAG_TABLE_WIDTH bits):
-        each list's step is one vector AND of every reachable mask with every stated one."""
+        """reachable_bits as a sorted array, computed on tables of one entry per mask below the
+        default's highest bit (2**width; for machines of at most _FLAG_TABLE_WIDTH bits). Each
+        list's step counts, per mask x, the pairs (reachable r, stated s) whose AND is exactly x:
+        the pairs whose AND holds x are (reachable masks holding x) x (stated masks holding x), and
+        exactly x is that count undone over the supersets of x. A step costs a few vector
+        operations on the table, whatever the number of masks."""
         default = self.numa_nodes.bits
-        size = 1 << default.bit_length()
-        reachable: Masks = np.array([default] if default else [], dtype=np.int64)
+        if not default:
+            return np.zeros(0, dtype=np.int64)
+        width = default.bit_length()
+        reachable: Masks | None = None  # the default alone, until a list states a mask
         for reading in self.readings:
-            if not len(reachable):
-                break
-            if not len(reading.low_stated) and reading.keeps:
+            if not reading.stated:
                 continue  # only "any": every reachable mask stays as it is
-            # Within the default: what lies outside it is cut by the first AND anyway (and the
-            # default lies within the low bits the reading keeps).
-            stated = reading.low_stated & default
-            flags = np.zeros(size, dtype=np.bool_)
-            flags[(reachable[:, np.newaxis] & stated[np.newaxis, :]).ravel()] = True
-            if reading.keeps:
-                flags[reachable] = True
-            flags[0] = False
-            reachable = np.flatnonzero(flags)
-        return reachable
+            step: Flags
+            if reachable is None:
+                step = reading.first_step(default)
+            else:
+                pairs = _superset_sums(reachable.copy(), width) * reading.supersets_within(width)
+                step = _exact_from_superset_sums(pairs, width) > 0
+                if reading.keeps:
+                    step |= reachable > 0
+                step[0] = False
+            reachable = step.astype(np.int64)
+            if not step.any():
+                break
+        return np.array([default], dtype=np.int64) if reachable is None else np.flatnonzero(reachable)
 
     def best_non_preferred_bits(self) -> int | None:
         """The non-preferred mask the fold would pick (the least non_preferred_key among the
