@@ -25,7 +25,7 @@ kubelet's decision bit for bit (pkg/kubelet/cm/topologymanager, policy*.go and n
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from itertools import product
 
 import attrs
@@ -150,6 +150,8 @@ def max_of_min_affinity_counts(hint_lists: Sequence[Sequence[TopologyHint]]) -> 
     return best
 
 
+# The bits of a stated mask a flag table reads.
+_LOW_BITS = (1 << _FLAG_TABLE_WIDTH) - 1
 # The NUMA nodes in each mask of the flag table (read-only).
 _BIT_COUNTS: Masks = np.array([bits.bit_count() for bits in range(1 << _FLAG_TABLE_WIDTH)], dtype=np.int64)
 _BIT_COUNTS.flags.writeable = False
@@ -159,17 +161,18 @@ _BIT_COUNTS.flags.writeable = False
 class HintReading:
     """What the fold reads of one resource's hint list besides its combinations: the masks it
     states, the masks of its preferred hints, whether a preferred hint and whether any hint has no
-    affinity, the fewest NUMA nodes of a stated mask (0: none stated), and, for a list read once
-    and kept (ReadHints), per mask of the flag table how many stated masks hold it (supersets)."""
+    affinity, and the fewest NUMA nodes of a stated mask (0: none stated). The non-preferred fold
+    also reads tables derived from the stated masks; a reading of a list kept by its provider
+    (ReadHints, `kept`) keeps them once derived."""
 
     stated: frozenset[int]
     preferred: frozenset[int]
     preferred_any: bool
     keeps: bool
     fewest: int
-    supersets: Masks | None = None
-    # For a kept list: per mask of the flag table, how many stated masks' low bits are exactly it.
-    low_counts: Masks | None = None
+    kept: bool = False
+    # The derived tables, by what they are (kept readings only).
+    _tables: dict[Hashable, Masks] = attrs.field(factory=dict, init=False, repr=False)
 
     @classmethod
     def of(cls, hints: Sequence[TopologyHint], *, kept: bool = False) -> HintReading:
@@ -185,24 +188,28 @@ class HintReading:
                 if hint.preferred:
                     preferred.add(hint.affinity.bits)
         fewest = min((bits.bit_count() for bits in stated), default=0)
-        if not kept:
-            return cls(frozenset(stated), frozenset(preferred), preferred_any, keeps, fewest)
-        low_counts = _low_counts(stated, _FLAG_TABLE_WIDTH)
-        supersets = _superset_sums(low_counts.copy(), _FLAG_TABLE_WIDTH)
-        low_counts.flags.writeable = supersets.flags.writeable = False
-        return cls(frozenset(stated), frozenset(preferred), preferred_any, keeps, fewest, supersets, low_counts)
+        return cls(frozenset(stated), frozenset(preferred), preferred_any, keeps, fewest, kept)
+
+    def _table(self, key: Hashable, derive: Callable[[], Masks]) -> Masks:
+        found = self._tables.get(key)
+        if found is None:
+            found = derive()
+            if self.kept:
+                found.flags.writeable = False
+                self._tables[key] = found
+        return found
+
+    def stated_low(self) -> Masks:
+        """The stated masks' bits below _FLAG_TABLE_WIDTH, as an array (all a flag table of a
+        default below that width reads of them)."""
+        stated = self.stated
+        return self._table("low", lambda: np.fromiter((bits & _LOW_BITS for bits in stated), np.int64, len(stated)))
 
     def first_step(self, default: int) -> Flags:
         """Flags of the masks the first list's step reaches from the default alone: every stated
         mask within the default (the default too where the list keeps it), 0 excluded."""
-        width = default.bit_length()
-        flags: Flags
-        if self.low_counts is not None and width <= _FLAG_TABLE_WIDTH and default == (1 << width) - 1:
-            # Within a default of all the low bits: the low counts folded onto its width.
-            flags = self.low_counts.reshape(-1, 1 << width).sum(axis=0) > 0
-        else:
-            flags = np.zeros(1 << width, dtype=np.bool_)
-            flags[np.fromiter({bits & default for bits in self.stated}, dtype=np.int64)] = True
+        flags = np.zeros(1 << default.bit_length(), dtype=np.bool_)
+        flags[self.stated_low() & default] = True
         if self.keeps:
             flags[default] = True
         flags[0] = False
@@ -211,19 +218,12 @@ class HintReading:
     def supersets_within(self, width: int) -> Masks:
         """Per mask below 2**width, how many stated masks hold it (their bits from width up do
         not matter: a mask below 2**width is held or not by the bits below)."""
-        if self.supersets is not None and width <= _FLAG_TABLE_WIDTH:
-            return self.supersets[: 1 << width]
-        return _stated_supersets(self.stated, width)
 
+        def derive() -> Masks:
+            low = self.stated_low() & ((1 << width) - 1)
+            return _superset_sums(np.bincount(low, minlength=1 << width).astype(np.int64), width)
 
-def _low_counts(stated: Iterable[int], width: int) -> Masks:
-    low = (1 << width) - 1
-    counts = np.bincount(np.fromiter((bits & low for bits in stated), dtype=np.int64), minlength=1 << width)
-    return counts.astype(np.int64)
-
-
-def _stated_supersets(stated: Iterable[int], width: int) -> Masks:
-    return _superset_sums(_low_counts(stated, width), width)
+        return self._table(width, derive)
 
 
 def _superset_sums(values: Masks, width: int) -> Masks:
