@@ -360,9 +360,20 @@ def _allocate(
 
 
 def _hints(
-    request: HintRequest, providers: Sequence[HintProvider], topology: NumaTopology, free: FreeResources
+    request: HintRequest,
+    providers: Sequence[HintProvider],
+    topology: NumaTopology,
+    free: FreeResources,
+    pinning: Sequence[bool] | None = None,
 ) -> list[ResourceHints | None]:
-    return [provider.hints(request, topology, free) for provider in providers]
+    """Each provider's hints for the request; `pinning` (DecisionUnit.pinning, one flag per
+    provider): a provider that pins nothing for this request has none (None) and is not asked."""
+    if pinning is None or len(pinning) != len(providers):
+        return [provider.hints(request, topology, free) for provider in providers]
+    return [
+        provider.hints(request, topology, free) if pins else None
+        for provider, pins in zip(providers, pinning, strict=True)
+    ]
 
 
 def place_pod(
@@ -586,9 +597,12 @@ UNASKED = Unasked.UNASKED
 
 @attrs.frozen(slots=True)
 class DecisionUnit:
-    """What decides the pod on a node: nothing (no container is pinned), or one request."""
+    """What decides the pod on a node: nothing (no container is pinned), or one request.
+    `pinning`: per provider (in the providers' order) whether it pins anything for the request
+    (_pins); one that does not has no hint for it. None: not known, every provider is asked."""
 
     request: HintRequest | None
+    pinning: tuple[bool, ...] | None = attrs.field(default=None, eq=False)
 
 
 class Decides(enum.Enum):
@@ -610,15 +624,19 @@ class UnitPlan:
     # For CONTAINER, where unit_plan found it: the container's place in task.containers (the pod's
     # shape fixes the order of its containers), so a unit is built without ordering them.
     position: int = attrs.field(default=-1, eq=False, kw_only=True)
+    # Per provider whether it pins anything for the deciding request (DecisionUnit.pinning); the
+    # pod's shape and the machine's content decide it. Empty: not known.
+    pinning: tuple[bool, ...] = attrs.field(default=(), eq=False, kw_only=True)
 
     def unit(self, task: TaskInfo) -> DecisionUnit:
         if self.decides is Decides.NOTHING:
             return DecisionUnit(None)
+        pinning = self.pinning or None
         if self.decides is Decides.POD:
-            return DecisionUnit(pod_request(task))
+            return DecisionUnit(pod_request(task), pinning)
         if self.position >= 0:
-            return DecisionUnit(container_request(task, task.containers[self.position]))
-        return DecisionUnit(container_request(task, containers_in_order(task)[self.index]))
+            return DecisionUnit(container_request(task, task.containers[self.position]), pinning)
+        return DecisionUnit(container_request(task, containers_in_order(task)[self.index]), pinning)
 
 
 def unit_plan(
@@ -639,7 +657,9 @@ def unit_plan(
             return UnitPlan(Decides.NOTHING) if _pins_nothing(whole, topology, providers) else None
         if not _same_demand(whole, requests[active[0]], topology):
             return None
-        return UnitPlan(Decides.POD) if _allocation_follows_hint(whole, topology, providers) else None
+        if not _allocation_follows_hint(whole, topology, providers):
+            return None
+        return UnitPlan(Decides.POD, pinning=tuple(_pins(provider, whole, topology) for provider in providers))
     if not active:
         return UnitPlan(Decides.NOTHING)
     decisive = requests[active[0]]
@@ -647,7 +667,8 @@ def unit_plan(
         return None
     deciding = containers_in_order(task)[active[0]]
     position = next(place for place, container in enumerate(task.containers) if container is deciding)
-    return UnitPlan(Decides.CONTAINER, active[0], position=position)
+    pinning = tuple(_pins(provider, decisive, topology) for provider in providers)
+    return UnitPlan(Decides.CONTAINER, active[0], position=position, pinning=pinning)
 
 
 def decision_unit(
@@ -687,7 +708,7 @@ def admit_pod(
         return place_pod(task, topology, free, providers, policy, scope=scope)
     if unit.request is None:
         return Placement(True)
-    providers_hints = _hints(unit.request, providers, topology, free)
+    providers_hints = _hints(unit.request, providers, topology, free, unit.pinning)
     hint, admitted = _merge(policy, providers_hints, topology, merges)
     if not admitted:
         return Placement(False, rejection_reason(unit.request, providers_hints, policy, topology, free, merges))
