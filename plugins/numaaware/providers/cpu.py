@@ -164,6 +164,12 @@ class CpuNodeIndex:
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
     # The masks as arrays (CPUs per mask as the totals).
     mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
+    # cpu_hint_table's answers (for no reused CPUs and without full-pcpus-only) by the free CPUs
+    # themselves, the reserved ones, the request and the unknown holdings, for this layout alone:
+    # nodes of one shape reach the same free sets again and again, and such an answer needs no count.
+    hints_by_free: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(
+        factory=dict, kw_only=True, eq=False, repr=False
+    )
     # All CPUs of the layout (NumaTopology.all_cpus).
     all_cpus: IdSet = attrs.field(kw_only=True, eq=False, repr=False)
     # allocate_cpus' answers and its packed takes (CpuChoices): nodes of one shape with the same
@@ -349,6 +355,10 @@ def cpu_hint_table(
             available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
         free_per_numa = tuple(cpus.count_common(available) for cpus in index.cpus_by_numa.values())
     else:
+        by_free = (free_cpus, topology.reserved_cpus, request_cpus, unknown)
+        known = index.hints_by_free.get(by_free)
+        if known is not None:
+            return known
         free_per_numa = index.free_per_numa(free_cpus, topology.reserved_cpus)
     if reusable:
         reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
@@ -369,6 +379,10 @@ def cpu_hint_table(
         known = index.hints_by_counts[counts] = _hints_for_counts(
             index, free_per_numa, request_cpus, reusable_bits, reused, unknown
         )
+    if not reusable and not index.options.full_pcpus_only:
+        if len(index.hints_by_free) >= _MAX_HINTS_BY_COUNTS:
+            index.hints_by_free.clear()
+        index.hints_by_free[(free_cpus, topology.reserved_cpus, request_cpus, unknown)] = known
     return known
 
 
