@@ -681,7 +681,12 @@ def decision_unit(
 
 
 def _states_hints(providers_hints: Sequence[ResourceHints | None]) -> bool:
-    return any(hints is not None for provider_hints in providers_hints for hints in (provider_hints or {}).values())
+    for provider_hints in providers_hints:
+        if provider_hints:
+            for hints in provider_hints.values():
+                if hints is not None:
+                    return True
+    return False
 
 
 def admit_pod(
