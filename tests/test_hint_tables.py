@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from conftest import load_hack_module, load_machine
 from hypothesis import given, settings
@@ -60,6 +61,38 @@ def test_cpu_hints_are_the_kubelets(machine: str, data: st.DataObject) -> None:
     assert as_masks(ours) == as_masks(km.cpu_hints(state, request))
     # Asked again (from the counts table), the very same tuple.
     assert cpu_hint_table(topology, IdSet(free), request, index=index) is ours
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_cpu_hints_count_only_allocatable_cpus_whatever_is_reserved(machine: str, data: st.DataObject) -> None:
+    """Free CPUs given with reserved ones and ids the machine does not have, CPUs held by pods whose
+    ids are unknown, one index (and its table of answers by counts) shared by several states and by
+    topologies of other reserved sets, as the provider shares it by CPU rows: the masks are the
+    kubelet's for request + unknown free allocatable CPUs, preferred as the kubelet's for request."""
+    base = TOPOLOGIES[machine]
+    index = CpuNodeIndex.of(base)
+    every = sorted(base.all_cpus)
+    reserved_sets = [IdSet(), IdSet(every[:2])]
+    for _ in range(4):
+        reserved_sets.append(IdSet(data.draw(st.sets(st.sampled_from(every), max_size=6), label="reserved")))
+        free = data.draw(st.sets(st.sampled_from([*every, every[-1] + 1, every[-1] + 9])), label="free")
+        request = data.draw(st.integers(min_value=1, max_value=len(every) + 2), label="request")
+        unknown = data.draw(st.integers(min_value=0, max_value=3), label="unknown")
+        # The same free set, request and holdings on topologies of other reserved sets too.
+        for reserved in reserved_sets[-3:]:
+            topology = attrs.evolve(base, reserved_cpus=reserved)
+            ours = cpu_hint_table(topology, IdSet(free), request, index=index, unknown=unknown)
+            node = km.node_from_topology(topology)
+            state = km.NodeState(node, set(free) & set(topology.allocatable_cpus), {})
+            narrowest = min(
+                (len(mask) for mask in km.all_masks(node.numa_ids) if len(node.cpus_in(mask)) >= request),
+                default=len(node.numa_ids),
+            )
+            fitting = km.cpu_hints(state, request + unknown)
+            expected = [(ids, ids is not None and len(ids) == narrowest) for ids, _ in as_masks(fitting) or []]
+            assert as_masks(ours) == expected
 
 
 @pytest.mark.parametrize("machine", [m for m in MACHINES if TOPOLOGIES[m].devices])

@@ -35,6 +35,7 @@ from numasched.plugins.numaaware.admission import (
     UnitPlan,
     admit_pod,
     allocate_admitted,
+    decision_unit,
     place_pod,
     unit_plan,
 )
@@ -247,6 +248,38 @@ def test_single_guaranteed_container_agrees_with_the_full_placement(
     free = random_free(topology, random.Random(seed))
     task = pod([container_object("main", *shape, guaranteed=True)])
     assert_agrees(task, topology, free, built_in_providers(), policy)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    machine=st.sampled_from(MACHINES),
+    scope=st.sampled_from(tuple(TopologyScope)),
+    cpu_options=st.sampled_from(CPU_OPTIONS),
+    memory_manager=st.sampled_from(("None", "Static")),
+    task=pods(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_provider_a_unit_says_pins_nothing_has_no_hints_for_it(
+    machine: str,
+    scope: TopologyScope,
+    cpu_options: Mapping[str, str],
+    memory_manager: str,
+    task: TaskInfo,
+    seed: int,
+) -> None:
+    """admit_pod does not ask a provider the unit's pinning rules out: asked, it has no hints."""
+    topology = machine_topology(
+        machine, TopologyPolicy.RESTRICTED, scope, tuple(sorted(cpu_options.items())), memory_manager
+    )
+    providers = built_in_providers()
+    unit = decision_unit(task, topology, providers, scope)
+    if unit is None or unit.request is None:
+        return
+    assert unit.pinning is not None and len(unit.pinning) == len(providers)
+    free = random_free(topology, random.Random(seed))
+    for provider, pins in zip(providers, unit.pinning, strict=True):
+        if not pins:
+            assert provider.hints(unit.request, topology, free) is None
 
 
 def test_fast_path_is_taken_for_an_aligned_gpu_pod() -> None:
@@ -557,6 +590,9 @@ def test_a_unit_plan_names_the_deciding_container_and_serves_every_pod_of_the_sh
     unit = plan.unit(second)
     assert unit.request is not None
     assert (unit.request.pod, unit.request.container) == ("default/second", "main")
+    # Built from the container's place in the pod's list, it is the unit built from the kubelet's order.
+    assert plan.position >= 0 and not second.containers[plan.position].init
+    assert unit == UnitPlan(Decides.CONTAINER, 1).unit(second)
     # Two pinned containers: only the full placement decides; nothing pinned: nothing decides.
     two = pod([container_object(name, "4", 4, 0, 0, guaranteed=True) for name in ("a", "b")])
     assert unit_plan(two, topology, providers, scope) is None

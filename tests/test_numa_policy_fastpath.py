@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,9 +18,26 @@ from hypothesis import strategies as st
 from numasched.api.hint import ResourceHints, TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.numamask import NumaMask, iterate_masks
-from numasched.api.topology import CpuInfo, DeviceGroup, DeviceInfo, NumaTopology, TopologyPolicy
-from numasched.plugins.numaaware.admission import MergeMemo, _merge
-from numasched.plugins.numaaware.policy import HintMerger, _merge_exhaustive, merge
+from numasched.api.resource import Resource
+from numasched.api.task import QosClass
+from numasched.api.topology import (
+    PREFER_CLOSEST_NUMA_NODES,
+    CpuInfo,
+    DeviceGroup,
+    DeviceInfo,
+    KubeletPolicies,
+    NumaTopology,
+    TopologyPolicy,
+)
+from numasched.plugins.numaaware.admission import MergeMemo, _merge, rejection_reason
+from numasched.plugins.numaaware.policy import (
+    HintMerger,
+    ReadHints,
+    _merge_exhaustive,
+    max_of_min_affinity_counts,
+    merge,
+)
+from numasched.plugins.numaaware.providers.base import FreeResources, HintRequest
 from numasched.plugins.numaaware.providers.cpu import CpuNodeIndex, CpuTopologyError, cpu_hint_table
 from numasched.plugins.numaaware.providers.device import DeviceGroupIndex, device_hint_table
 from numasched.plugins.numaaware.providers.topology_memo import TopologyMemo
@@ -58,6 +76,50 @@ def test_fast_merge_equals_exhaustive_walk(
     assert actual == expected
 
 
+@st.composite
+def read_scenarios(draw: st.DrawFn) -> tuple[list[int], list[ResourceHints | None]]:
+    """Providers' hints given as ReadHints (read once when made), as tuples or as lists, on
+    machines of up to 6 NUMA nodes, with masks that also name NUMA ids the machine lacks (up to 63)."""
+    numa_ids = sorted(draw(st.sets(st.integers(0, 5), min_size=1, max_size=6)))
+    ids = st.sets(st.one_of(st.sampled_from(numa_ids), st.integers(0, 63)), max_size=4)
+    hint = st.builds(TopologyHint, st.one_of(st.none(), ids.map(NumaMask.from_ids)), st.booleans())
+    kinds: list[Any] = [ReadHints, tuple, list]
+    hints = st.tuples(st.lists(hint, max_size=8), st.sampled_from(kinds)).map(lambda pair: pair[1](pair[0]))
+    resource_hints: st.SearchStrategy[Sequence[TopologyHint] | None] = st.one_of(st.none(), hints)
+    provider = st.one_of(st.none(), st.dictionaries(st.sampled_from(["cpu", "gpu", "nic"]), resource_hints, max_size=3))
+    return numa_ids, draw(st.lists(provider, max_size=4))
+
+
+@settings(max_examples=400, deadline=None)
+@given(read_scenarios(), st.sampled_from(list(TopologyPolicy)))
+def test_merge_of_hints_read_once_is_the_kubelets_fold(
+    scenario: tuple[list[int], list[ResourceHints | None]], policy: TopologyPolicy
+) -> None:
+    numa_ids, providers_hints = scenario
+    plain: list[ResourceHints | None] = [
+        None if given is None else {r: None if h is None else list(h) for r, h in given.items()}
+        for given in providers_hints
+    ]
+    assert merge(policy, providers_hints, numa_ids) == _merge_exhaustive(policy, plain, numa_ids)
+
+
+@given(
+    st.lists(st.builds(TopologyHint, st.one_of(st.none(), st.integers(0, (1 << 64) - 1).map(NumaMask)), st.booleans()))
+)
+def test_a_hint_reading_is_what_the_hints_state(hints: list[TopologyHint]) -> None:
+    reading = ReadHints(hints).reading
+    stated = {hint.affinity.bits for hint in hints if hint.affinity is not None}
+    assert reading.stated == stated
+    supersets = reading.supersets_within(12)
+    for mask in range(0, 1 << 12, 7):
+        assert supersets[mask] == sum(1 for bits in stated if bits & mask == mask)
+    assert sorted(reading.stated_low().tolist()) == sorted(bits & 0xFFF for bits in stated)
+    assert reading.preferred == {hint.affinity.bits for hint in hints if hint.preferred and hint.affinity is not None}
+    assert reading.preferred_any == any(hint.preferred and hint.affinity is None for hint in hints)
+    assert reading.keeps == any(hint.affinity is None for hint in hints)
+    assert reading.fewest == max_of_min_affinity_counts([hints])
+
+
 def _as_tuples(given: ResourceHints | None) -> ResourceHints | None:
     return None if given is None else {r: None if h is None else tuple(h) for r, h in given.items()}
 
@@ -77,6 +139,31 @@ def test_remembered_merges_are_the_kubelets_fold_of_the_very_hints_asked(cases: 
             for policy in TopologyPolicy:
                 expected = _merge_exhaustive(policy, providers_hints, ids)
                 assert _merge(policy, providers_hints, topology, memo) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(scenarios(max_numa=4), min_size=1, max_size=6), st.booleans())
+def test_refusal_reasons_with_remembered_merges_are_those_merged_anew(
+    cases: list[Scenario], prefer_closest: bool
+) -> None:
+    """rejection_reason asks the memo (shared by many calls, as admit_pod does) for each resource
+    alone: the reason is the one the plain merge gives, with and without prefer-closest-numa-nodes."""
+    memo = MergeMemo()
+    options = {PREFER_CLOSEST_NUMA_NODES: "true"} if prefer_closest else {}
+    request = HintRequest(pod="ns/p", container="c", requests=Resource(4000, 0, {"gpu": 2000}), qos=QosClass.GUARANTEED)
+    free = FreeResources(cpus=IdSet.parse("0-3"))
+    for _ in range(2):
+        for numa_ids, hints, distances in cases:
+            topology = NumaTopology(
+                node_name="n",
+                numa_ids=tuple(numa_ids),
+                distances=distances,
+                policies=KubeletPolicies(topology_manager_options=options),
+            )
+            providers_hints = [_as_tuples(given) for given in hints]
+            for policy in TopologyPolicy:
+                expected = rejection_reason(request, providers_hints, policy, topology, free)
+                assert rejection_reason(request, providers_hints, policy, topology, free, memo) == expected
 
 
 def test_hints_given_as_a_list_are_merged_anew_each_time() -> None:
@@ -115,6 +202,52 @@ def test_merger_fast_fold_equals_walk(
     }
     merger = HintMerger.create(default, lists, prefer_closest=prefer_closest, distances=distances)
     assert merger.merge() == merger.merge_exhaustive()
+
+
+@st.composite
+def wide_lists(draw: st.DrawFn) -> tuple[NumaMask, list[list[TopologyHint]]]:
+    # NUMA ids up to 40: defaults wider than the flag table (the fold on sets) as well as narrow ones.
+    numa_ids = sorted(draw(st.sets(st.integers(0, 40), min_size=1, max_size=5)))
+    masks = list(iterate_masks(numa_ids))
+    hint = st.builds(TopologyHint, st.one_of(st.none(), st.sampled_from(masks)), st.booleans())
+    return NumaMask.from_ids(numa_ids), draw(st.lists(st.lists(hint, min_size=1, max_size=6), max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(wide_lists(), st.booleans())
+def test_merger_fold_on_any_numa_ids_equals_walk(
+    case: tuple[NumaMask, list[list[TopologyHint]]], prefer_closest: bool
+) -> None:
+    default, lists = case
+    distances = {a: {b: 10 if a == b else 10 + abs(a - b) for b in default.ids()} for a in default.ids()}
+    merger = HintMerger.create(default, lists, prefer_closest=prefer_closest, distances=distances)
+    assert merger.merge() == merger.merge_exhaustive()
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_lists(), st.booleans())
+def test_flag_table_fold_equals_the_fold_on_sets(
+    case: tuple[NumaMask, list[list[TopologyHint]]], prefer_closest: bool
+) -> None:
+    """The vectorised non-preferred fold picks, among the same reachable masks, the mask the
+    per-mask sort key picks."""
+    default, lists = case
+    distances = {a: {b: 10 if a == b else 10 + 3 * abs(a - b) for b in default.ids()} for a in default.ids()}
+    merger = HintMerger.create(default, lists, prefer_closest=prefer_closest, distances=distances)
+    reachable = merger.reachable_bits()
+    assert set(merger.reachable_array().tolist()) == reachable
+    expected = min(reachable, key=merger.non_preferred_key) if reachable else None
+    assert merger.best_non_preferred_bits() == expected
+
+
+def test_non_preferred_target_is_the_widest_of_the_narrowest_stated_masks() -> None:
+    lists = [
+        [TopologyHint(NumaMask.of(0, 1), False), TopologyHint(NumaMask.of(3), False), TopologyHint(None, True)],
+        [TopologyHint(NumaMask.of(1, 2), False), TopologyHint(NumaMask.of(0, 1, 2), False)],
+        [TopologyHint(None, False)],
+    ]
+    assert HintMerger.create(NumaMask.of(0, 1, 2, 3), lists).target == 2
+    assert HintMerger(NumaMask.of(0, 1, 2, 3), (), 3).target == 3
 
 
 def test_eight_numa_full_cross_product_is_not_walked() -> None:
@@ -228,6 +361,24 @@ def test_device_hints_count_devices_per_mask_and_partition(case: tuple[DeviceGro
     narrowest = min((mask.count() for mask in masks if most_in(mask, every) >= request), default=len(numa_ids))
     expected = tuple(TopologyHint(m, m.count() == narrowest) for m in masks if most_in(m, free_ids) >= request)
     assert actual == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(device_cases(), st.lists(st.tuples(st.lists(st.integers(0, 9), max_size=10), st.integers(0, 6))))
+def test_device_hints_remembered_by_free_ids_are_those_computed_anew(
+    case: tuple[DeviceGroup, list[str], int], asks: list[tuple[list[int], int]]
+) -> None:
+    """One index asked for many free sets (repeated, reordered, with duplicates and ids the group
+    does not have), requests and unknown holdings: every answer is the one a fresh index gives."""
+    group, _, _ = case
+    names = [device.id for device in group.devices] + ["unknown"]
+    numa_ids = [0, 1, 2, 3]
+    index = DeviceGroupIndex.of(group, numa_ids)
+    for picks, request in asks * 2:
+        free = tuple(names[pick % len(names)] for pick in picks)
+        for unknown in (0, 2, 1):
+            remembered = device_hint_table(group, numa_ids, free, request, index=index, unknown=unknown)
+            assert remembered == device_hint_table(group, numa_ids, list(free), request, unknown=unknown)
 
 
 def test_equal_cpu_hints_from_different_free_counts_are_one_tuple() -> None:

@@ -63,6 +63,7 @@ from numasched.plugins.numaaware.providers.dra import DraHintProvider
 from numasched.plugins.numaaware.providers.memory import MemoryHintProvider, requested_memory
 
 _GIB = 1 << 30
+_NO_IDS = IdSet()
 
 
 @attrs.frozen(slots=True)
@@ -215,7 +216,8 @@ def free_per_numa(resource: str, topology: NumaTopology, free: FreeResources) ->
     """What is free of a resource on each NUMA node, for a person reading a fit error."""
     numa_ids = sorted(topology.numa_ids)
     if resource == "cpu":
-        return {numa: str(len(free.cpus & topology.cpus_by_numa.get(numa, IdSet()))) for numa in numa_ids}
+        cpus_by_numa = topology.cpus_by_numa
+        return {numa: str(free.cpus.count_common(cpus_by_numa.get(numa, _NO_IDS))) for numa in numa_ids}
     if resource in free.memory:
         per_numa = free.memory[resource]
         return {numa: _format_amount(resource, per_numa.get(numa, 0)) for numa in numa_ids}
@@ -242,13 +244,20 @@ def rejection_reason(
     policy: TopologyPolicy,
     topology: NumaTopology,
     free: FreeResources,
+    merges: MergeMemo | None = None,
 ) -> str:
-    """Name the resource the merge could not align (or the resources that conflict)."""
+    """Name the resource the merge could not align (or the resources that conflict). `merges`:
+    merged hints kept by the caller (MergeMemo), asked for each resource alone where the node
+    does not prefer the closest NUMA nodes (the option the plain merge here leaves out)."""
     resources: list[str] = []
+    remembered = merges is not None and not topology.policies.prefer_closest_numa_nodes
     for provider_hints in providers_hints:
         for resource, hints in (provider_hints or {}).items():
             resources.append(resource)
-            _, alone = merge(policy, [{resource: hints}], topology.numa_ids)
+            if remembered and merges is not None:
+                _, alone = merges.merge(policy, [{resource: hints}], topology)
+            else:
+                _, alone = merge(policy, [{resource: hints}], topology.numa_ids)
             if not alone:
                 # ResourceClaims are named, not counted (their hints are the claims' together).
                 amount = request.amount(resource)
@@ -351,9 +360,20 @@ def _allocate(
 
 
 def _hints(
-    request: HintRequest, providers: Sequence[HintProvider], topology: NumaTopology, free: FreeResources
+    request: HintRequest,
+    providers: Sequence[HintProvider],
+    topology: NumaTopology,
+    free: FreeResources,
+    pinning: Sequence[bool] | None = None,
 ) -> list[ResourceHints | None]:
-    return [provider.hints(request, topology, free) for provider in providers]
+    """Each provider's hints for the request; `pinning` (DecisionUnit.pinning, one flag per
+    provider): a provider that pins nothing for this request has none (None) and is not asked."""
+    if pinning is None or len(pinning) != len(providers):
+        return [provider.hints(request, topology, free) for provider in providers]
+    return [
+        provider.hints(request, topology, free) if pins else None
+        for provider, pins in zip(providers, pinning, strict=True)
+    ]
 
 
 def place_pod(
@@ -390,44 +410,43 @@ class MergeMemo:
     __slots__ = ("_merged",)
 
     def __init__(self) -> None:
-        self._merged: dict[Hashable, tuple[tuple[TopologyHint, bool], tuple[object, ...]]] = {}
+        self._merged: dict[Hashable, tuple[tuple[TopologyHint, bool], list[object]]] = {}
 
     def merge(
         self, policy: TopologyPolicy, providers_hints: Sequence[ResourceHints | None], topology: NumaTopology
     ) -> tuple[TopologyHint, bool]:
+        # The key, flat: per provider None, or its number of resources and then per resource its
+        # name and its hints' identity (None for no preference): read back in one way only.
+        key: list[Hashable] = [policy, topology.numa_ids]
         held: list[object] = []
-        shape: list[Hashable] = []
         for provider_hints in providers_hints:
             if provider_hints is None:
-                shape.append(None)
+                key.append(None)
                 continue
-            entries: list[Hashable] = []
+            key.append(len(provider_hints))
             for resource, hints in provider_hints.items():
+                key.append(resource)
                 if hints is None:
-                    entries.append((resource, None))
+                    key.append(None)
                 elif isinstance(hints, tuple):
-                    entries.append((resource, id(hints)))
+                    key.append(id(hints))
                     held.append(hints)
                 else:
                     # A list may change after the call: its identity does not name its content.
                     return _merge_now(policy, providers_hints, topology)
-            shape.append(tuple(entries))
-        key = (policy, topology.numa_ids, tuple(shape))
-        found = self._merged.get(key)
-        if found is not None and _same_objects(found[1], held):
+        found = self._merged.get(tuple(key))
+        # The very tuples named (or, where an identity was reused, tuples of equal content: the
+        # merge reads nothing else of them).
+        if found is not None and found[1] == held:
             return found[0]
         if len(self._merged) >= MAX_MERGES:
             self._merged.clear()
         merged = _merge_now(policy, providers_hints, topology)
-        self._merged[key] = (merged, tuple(held))
+        self._merged[tuple(key)] = (merged, held)
         return merged
 
     def __len__(self) -> int:
         return len(self._merged)
-
-
-def _same_objects(kept: Sequence[object], given: Sequence[object]) -> bool:
-    return len(kept) == len(given) and all(a is b for a, b in zip(kept, given, strict=True))
 
 
 def _merge(
@@ -578,9 +597,12 @@ UNASKED = Unasked.UNASKED
 
 @attrs.frozen(slots=True)
 class DecisionUnit:
-    """What decides the pod on a node: nothing (no container is pinned), or one request."""
+    """What decides the pod on a node: nothing (no container is pinned), or one request.
+    `pinning`: per provider (in the providers' order) whether it pins anything for the request
+    (_pins); one that does not has no hint for it. None: not known, every provider is asked."""
 
     request: HintRequest | None
+    pinning: tuple[bool, ...] | None = attrs.field(default=None, eq=False)
 
 
 class Decides(enum.Enum):
@@ -599,13 +621,22 @@ class UnitPlan:
 
     decides: Decides
     index: int = -1
+    # For CONTAINER, where unit_plan found it: the container's place in task.containers (the pod's
+    # shape fixes the order of its containers), so a unit is built without ordering them.
+    position: int = attrs.field(default=-1, eq=False, kw_only=True)
+    # Per provider whether it pins anything for the deciding request (DecisionUnit.pinning); the
+    # pod's shape and the machine's content decide it. Empty: not known.
+    pinning: tuple[bool, ...] = attrs.field(default=(), eq=False, kw_only=True)
 
     def unit(self, task: TaskInfo) -> DecisionUnit:
         if self.decides is Decides.NOTHING:
             return DecisionUnit(None)
+        pinning = self.pinning or None
         if self.decides is Decides.POD:
-            return DecisionUnit(pod_request(task))
-        return DecisionUnit(container_request(task, containers_in_order(task)[self.index]))
+            return DecisionUnit(pod_request(task), pinning)
+        if self.position >= 0:
+            return DecisionUnit(container_request(task, task.containers[self.position]), pinning)
+        return DecisionUnit(container_request(task, containers_in_order(task)[self.index]), pinning)
 
 
 def unit_plan(
@@ -626,11 +657,18 @@ def unit_plan(
             return UnitPlan(Decides.NOTHING) if _pins_nothing(whole, topology, providers) else None
         if not _same_demand(whole, requests[active[0]], topology):
             return None
-        return UnitPlan(Decides.POD) if _allocation_follows_hint(whole, topology, providers) else None
+        if not _allocation_follows_hint(whole, topology, providers):
+            return None
+        return UnitPlan(Decides.POD, pinning=tuple(_pins(provider, whole, topology) for provider in providers))
     if not active:
         return UnitPlan(Decides.NOTHING)
     decisive = requests[active[0]]
-    return UnitPlan(Decides.CONTAINER, active[0]) if _allocation_follows_hint(decisive, topology, providers) else None
+    if not _allocation_follows_hint(decisive, topology, providers):
+        return None
+    deciding = containers_in_order(task)[active[0]]
+    position = next(place for place, container in enumerate(task.containers) if container is deciding)
+    pinning = tuple(_pins(provider, decisive, topology) for provider in providers)
+    return UnitPlan(Decides.CONTAINER, active[0], position=position, pinning=pinning)
 
 
 def decision_unit(
@@ -643,7 +681,12 @@ def decision_unit(
 
 
 def _states_hints(providers_hints: Sequence[ResourceHints | None]) -> bool:
-    return any(hints is not None for provider_hints in providers_hints for hints in (provider_hints or {}).values())
+    for provider_hints in providers_hints:
+        if provider_hints:
+            for hints in provider_hints.values():
+                if hints is not None:
+                    return True
+    return False
 
 
 def admit_pod(
@@ -670,10 +713,10 @@ def admit_pod(
         return place_pod(task, topology, free, providers, policy, scope=scope)
     if unit.request is None:
         return Placement(True)
-    providers_hints = _hints(unit.request, providers, topology, free)
+    providers_hints = _hints(unit.request, providers, topology, free, unit.pinning)
     hint, admitted = _merge(policy, providers_hints, topology, merges)
     if not admitted:
-        return Placement(False, rejection_reason(unit.request, providers_hints, policy, topology, free))
+        return Placement(False, rejection_reason(unit.request, providers_hints, policy, topology, free, merges))
     if hint.preferred and not _states_hints(providers_hints):
         return Admission(hint, NumaMask())
     if hint.preferred and hint.affinity is not None:

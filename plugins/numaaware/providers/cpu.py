@@ -164,11 +164,42 @@ class CpuNodeIndex:
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
     # The masks as arrays (CPUs per mask as the totals).
     mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
+    # cpu_hint_table's answers (for no reused CPUs and without full-pcpus-only) by the free CPUs
+    # themselves, the reserved ones, the request and the unknown holdings, for this layout alone:
+    # nodes of one shape reach the same free sets again and again, and such an answer needs no count.
+    hints_by_free: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(
+        factory=dict, kw_only=True, eq=False, repr=False
+    )
     # All CPUs of the layout (NumaTopology.all_cpus).
     all_cpus: IdSet = attrs.field(kw_only=True, eq=False, repr=False)
     # allocate_cpus' answers and its packed takes (CpuChoices): nodes of one shape with the same
     # CPUs free get the same CPUs.
     choices: CpuChoices = attrs.field(factory=lambda: CpuChoices(), eq=False, repr=False)
+    # numa_masks' answers by the reserved CPUs and a length.
+    masks_by_length: dict[tuple[IdSet, int], tuple[frozenbitarray, ...]] = attrs.field(
+        factory=dict, eq=False, repr=False
+    )
+
+    def free_per_numa(self, free_cpus: IdSet, reserved: IdSet) -> tuple[int, ...]:
+        """How many of `free_cpus` are allocatable (CPUs of the layout, not `reserved`) on each NUMA
+        node of numa_ids: one bit count per NUMA node on the free CPUs' bits, no set built."""
+        bits = free_cpus.bits
+        masks = self.masks_by_length.get((reserved, len(bits)))
+        if masks is None:
+            masks = self.numa_masks(reserved, len(bits))
+        return tuple([count_and(bits, mask) for mask in masks])
+
+    def numa_masks(self, reserved: IdSet, length: int) -> tuple[frozenbitarray, ...]:
+        """Per NUMA node of numa_ids, its allocatable CPUs as `length` bits (the length of a free
+        set's bits, which end at its largest id); kept in masks_by_length."""
+        masks = []
+        for numa in self.numa_ids:
+            bits = (self.cpus_by_numa[numa] - reserved).bits
+            masks.append(frozenbitarray(bits[:length] if len(bits) >= length else bits + zeros(length - len(bits))))
+        if len(self.masks_by_length) >= _MAX_NUMA_MASKS:
+            self.masks_by_length.clear()
+        found = self.masks_by_length[(reserved, length)] = tuple(masks)
+        return found
 
     @classmethod
     def of(
@@ -313,21 +344,34 @@ def cpu_hint_table(
         index = CpuNodeIndex.of(topology)
     layout = index.layout
     reusable = reusable or _NO_CPUS
-    available = free_cpus & topology.allocatable_cpus
-    if reusable:
-        available = available - reusable
-    if index.options.full_pcpus_only:
-        if request_cpus % layout.cpus_per_core != 0:
-            return ()
-        available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
-
-    free_per_numa = {numa: cpus.count_common(available) for numa, cpus in index.cpus_by_numa.items()}
+    free_per_numa: tuple[int, ...]
+    if reusable or index.options.full_pcpus_only:
+        available = free_cpus & topology.allocatable_cpus
+        if reusable:
+            available = available - reusable
+        if index.options.full_pcpus_only:
+            if request_cpus % layout.cpus_per_core != 0:
+                return ()
+            available = IdSet(layout.physical_cpus(available, topology.reserved_cpus))
+        free_per_numa = tuple(cpus.count_common(available) for cpus in index.cpus_by_numa.values())
+    else:
+        by_free = (free_cpus, topology.reserved_cpus, request_cpus, unknown)
+        known = index.hints_by_free.get(by_free)
+        if known is not None:
+            return known
+        free_per_numa = index.free_per_numa(free_cpus, topology.reserved_cpus)
     if reusable:
         reusable_bits = NumaMask.from_ids({layout.info[cpu].numa for cpu in reusable if cpu in layout.info}).bits
         reused = len(reusable)
     else:
         reusable_bits = reused = 0
-    counts = (tuple(free_per_numa.values()), request_cpus, reusable_bits, reused, unknown)
+    # A mask fits when its free CPUs reach request + unknown - reused: a NUMA node's count above that
+    # tells nothing more, so counts are capped there and states that differ only above it share
+    # one answer.
+    cap = max(0, request_cpus + unknown - reused)
+    if free_per_numa and max(free_per_numa) > cap:
+        free_per_numa = tuple([free if free < cap else cap for free in free_per_numa])
+    counts = (free_per_numa, request_cpus, reusable_bits, reused, unknown)
     known = index.hints_by_counts.get(counts)
     if known is None:
         if len(index.hints_by_counts) >= _MAX_HINTS_BY_COUNTS:
@@ -335,6 +379,10 @@ def cpu_hint_table(
         known = index.hints_by_counts[counts] = _hints_for_counts(
             index, free_per_numa, request_cpus, reusable_bits, reused, unknown
         )
+    if not reusable and not index.options.full_pcpus_only:
+        if len(index.hints_by_free) >= _MAX_HINTS_BY_COUNTS:
+            index.hints_by_free.clear()
+        index.hints_by_free[(free_cpus, topology.reserved_cpus, request_cpus, unknown)] = known
     return known
 
 
@@ -344,19 +392,24 @@ _NO_CPUS = IdSet()
 # Distinct (counts, request) answers kept per topology before they are dropped and computed anew.
 _MAX_HINTS_BY_COUNTS = 4096
 
+# NUMA masks (per reserved set and length) a CpuNodeIndex keeps before it drops them and builds
+# them anew: a few reserved sets per machine shape, and a free set's bits end at its largest id.
+_MAX_NUMA_MASKS = 1024
+
 
 def _hints_for_counts(
     index: CpuNodeIndex,
-    free_per_numa: Mapping[int, int],
+    free_per_numa: tuple[int, ...],
     request_cpus: int,
     reusable_bits: int,
     reused: int,
     unknown: int,
 ) -> tuple[TopologyHint, ...]:
-    """cpu_hint_table from the free CPUs per NUMA node: every mask that holds the reused CPUs and
-    enough free ones, preferred when no narrower mask holds the request (MaskTable)."""
+    """cpu_hint_table from the free CPUs per NUMA node (in the order of index.numa_ids, the mask
+    table's columns): every mask that holds the reused CPUs and enough free ones, preferred when no
+    narrower mask holds the request (MaskTable)."""
     table = index.mask_table
-    free = np.fromiter((free_per_numa[numa] for numa in table.numa_ids), dtype=np.int64, count=len(table.numa_ids))
+    free = np.array(free_per_numa, dtype=np.int64)
     fits = reused + np.maximum(0, table.members @ free - unknown) >= request_cpus
     if reusable_bits:
         fits &= table.holding(reusable_bits)

@@ -101,6 +101,12 @@ class DeviceGroupIndex:
     hints_by_counts: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(factory=dict, eq=False, repr=False)
     # The masks as arrays (the most devices one block has in a mask as the totals).
     mask_table: MaskTable = attrs.field(kw_only=True, eq=False, repr=False)
+    # device_hint_table's answers by the free device ids themselves, the request and the unknown
+    # holdings, for this group alone: nodes of one shape free the same ids again and again, and
+    # such an answer needs no count.
+    hints_by_free: dict[Hashable, tuple[TopologyHint, ...]] = attrs.field(
+        factory=dict, kw_only=True, eq=False, repr=False
+    )
 
     @classmethod
     def of(
@@ -187,6 +193,20 @@ def device_hint_table(
         index = DeviceGroupIndex.of(group, numa_ids)
     if not index.has_numa:
         return None
+    free_key = (free if type(free) is tuple else tuple(free), request, unknown)
+    known = index.hints_by_free.get(free_key)
+    if known is None:
+        if len(index.hints_by_free) >= _MAX_HINTS_BY_COUNTS:
+            index.hints_by_free.clear()
+        known = index.hints_by_free[free_key] = _hints_of_free(group, free, request, index, unknown)
+    return known
+
+
+def _hints_of_free(
+    group: DeviceGroup, free: Sequence[str], request: int, index: DeviceGroupIndex, unknown: int
+) -> tuple[TopologyHint, ...]:
+    """device_hint_table for a group with NUMA information, from the free devices per block and
+    NUMA node (answers kept by those counts in index.hints_by_counts)."""
     free_ids = [device_id for device_id in dict.fromkeys(free) if device_id in group.by_id]
     needed = request + max(0, unknown)
     if len(free_ids) < needed:

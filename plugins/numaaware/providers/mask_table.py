@@ -4,7 +4,8 @@ machine): which NUMA nodes each mask holds, its width, and the most of the resou
 hold (which decides whether a hint is preferred).
 
 Hints of equal content are handed out as one tuple (MaskTable.hints): numa-aware remembers what
-it merged from a tuple by the tuple's identity.
+it merged from a tuple by the tuple's identity, and the tuple (a ReadHints) carries what the merge
+reads of it, read once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from numasched.api.hint import TopologyHint
 from numasched.api.numamask import NumaMask
+from numasched.plugins.numaaware.policy import ReadHints
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -24,7 +26,7 @@ Bools = npt.NDArray[np.bool_]
 class MaskTable:
     """Masks in the order given (iterate_masks order), over the NUMA ids given (the columns)."""
 
-    __slots__ = ("bits", "masks", "members", "numa_ids", "totals", "widths")
+    __slots__ = ("bits", "masks", "members", "numa_ids", "row_hints", "totals", "widths")
 
     def __init__(self, masks: Sequence[tuple[NumaMask, Sequence[int], int]], numa_ids: Sequence[int]) -> None:
         self.numa_ids = tuple(numa_ids)
@@ -39,6 +41,8 @@ class MaskTable:
         # The most of the resource each mask can hold on this shape (what "preferred" is judged on).
         self.totals: Ints = np.array([total for _, _, total in masks], dtype=np.int64)
         self.bits = np.array([mask.bits for mask in self.masks], dtype=np.uint64)
+        # Per mask its two hints (not preferred, preferred), made once and shared by every answer.
+        self.row_hints = tuple((TopologyHint(mask, False), TopologyHint(mask, True)) for mask in self.masks)
 
     def narrowest(self, request: int, widest: int) -> int:
         """The fewest NUMA nodes a mask that could ever hold `request` spans; `widest` when none
@@ -60,8 +64,10 @@ class MaskTable:
         key = ("fitting", fits.tobytes(), narrowest)
         found = interned.get(key)
         if found is None:
-            found = interned[key] = tuple(
-                TopologyHint(self.masks[row], int(self.widths[row]) == narrowest)
-                for row in np.flatnonzero(fits).tolist()
+            rows: list[int] = np.flatnonzero(fits).tolist()
+            widths: list[int] = self.widths[rows].tolist()
+            row_hints = self.row_hints
+            found = interned[key] = ReadHints(
+                row_hints[row][width == narrowest] for row, width in zip(rows, widths, strict=True)
             )
         return found
