@@ -369,3 +369,18 @@ def test_shared_answers_equal_per_node_answers(
                 assert task.allocation == expected.allocation
                 # on_allocate dropped this node's decision; decide it again for the next node.
                 plugin.predicate(task, node)
+
+
+def test_pods_alike_share_a_class_only_within_one_set_of_admission_tables() -> None:
+    # The engine keeps score parts per pod class, and a part holds ids only its tables read (its
+    # link quality's): plugins with other tables must declare other classes.
+    first, second = numa_plugin(), numa_plugin()
+    assert first.tables is not second.tables
+    assert first.equivalence_key(pod("4", 8, 2, uid="a")) == first.equivalence_key(pod("4", 8, 2, uid="b"))
+    assert first.equivalence_key(pod("4", 8, 2, uid="a")) != second.equivalence_key(pod("4", 8, 2, uid="a"))
+    # Tables hand out one id per quality, 0 for none reported, and read it back.
+    tables = first.tables
+    assert tables.quality_id(None) == 0
+    ids = [tables.quality_id(quality) for quality in ((3, 1, 4), (0, 0, 0), (3, 1, 4))]
+    assert ids[0] == ids[2] != ids[1] and 0 not in ids
+    assert [tables.qualities_by_id[quality_id] for quality_id in ids] == [(3, 1, 4), (0, 0, 0), (3, 1, 4)]

@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import enum
 import functools
-import itertools
 import json
 import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -115,7 +114,7 @@ from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, Top
 from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, keeps_group, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
-from numasched.scheduler.framework.equivalence import Candidates, Floats, Objects
+from numasched.scheduler.framework.equivalence import Candidates, Floats, Ints, Objects
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -357,7 +356,9 @@ class NumaAwarePlugin:
         """Admission reads the pod's policy annotation and its shape (QoS, containers' requests and
         limits); reasons that name the pod are never shared by the engine."""
         shape = self._shape(task, self._cycle_state(task))
-        return (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
+        # The tables' own token too: the engine keeps score parts per class, and a part holds ids
+        # that only these tables read (its link quality's); other tables make other classes.
+        return (self.tables.token, tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
 
     @staticmethod
     def _shape(task: TaskInfo, state: CycleState) -> Hashable:
@@ -869,22 +870,25 @@ class NumaAwarePlugin:
         near = np.flatnonzero(scored & (scores >= best - reach))
         # Every near-best candidate admits the task, so its part is a _ScorePart.
         near_parts: list[_ScorePart] = parts[near].tolist()
-        known: list[object] = list(map(_quality_of, near_parts))
-        # Most parts were ranked before: the new ones are found in C (the marker, by identity).
-        new = itertools.compress(range(len(known)), map(operator.is_, known, itertools.repeat(_UNKNOWN_QUALITY)))
-        for offset in new:
+        # Qualities by their id in the tables (0: no links reported, -1: not ranked yet), so the
+        # ranking is array work; most parts were ranked for an earlier pod of the class.
+        ids: Ints = np.fromiter(map(_quality_id_of, near_parts), dtype=np.int64, count=len(near_parts))
+        for offset in np.flatnonzero(ids < 0).tolist():
             part = near_parts[offset]
+            quality = self._link_quality(task, candidates[int(near[offset])], part, linked)
             # Kept in the part, which the engine keeps per pod class and node generation.
-            part.quality = known[offset] = self._link_quality(task, candidates[int(near[offset])], part, linked)
-        # Now every quality is known: a tuple, or None (no links reported).
-        qualities = cast("list[tuple[int, ...] | None]", known)
-        distinct = set(qualities)
-        distinct.discard(None)
-        ranked = link_bonuses(cast("set[tuple[int, ...]]", distinct), self.weight)
+            part.quality_id = ids[offset] = self.tables.quality_id(quality)
+        present = np.flatnonzero(np.bincount(ids)).tolist()
+        known = self.tables.qualities_by_id
+        distinct = [quality for quality in map(known.__getitem__, present) if quality is not None]
+        ranked = link_bonuses(distinct, self.weight)
         if ranked:
-            bonuses: dict[tuple[int, ...] | None, float] = {None: 0.0}
-            bonuses.update(ranked.items())
-            scores[near] += np.fromiter(map(bonuses.__getitem__, qualities), dtype=np.float64, count=len(qualities))
+            bonuses = np.zeros(present[-1] + 1, dtype=np.float64)
+            for quality_id in present:
+                quality = known[quality_id]
+                if quality is not None:
+                    bonuses[quality_id] = ranked[quality]
+            scores[near] += bonuses[ids]
         return scores
 
     def _link_quality(
@@ -1060,6 +1064,8 @@ class AdmissionTables:
     MAX_NODES = 50_000
 
     def __init__(self) -> None:
+        # Names these tables in the pod classes numa-aware declares (equivalence_key).
+        self.token = object()
         self._ids: dict[tuple[int, Hashable], int] = {}
         self._shape_ids: dict[Hashable, int] = {}
         self._fingerprint_ids: dict[TopologyFingerprint, int] = {}
@@ -1077,6 +1083,11 @@ class AdmissionTables:
         self.unit_plans: dict[tuple[int, TopologyFingerprint], UnitPlan | None] = {}
         # The same per device state (_device_state): nodes alike but for their CPUs share it.
         self.device_qualities: dict[Hashable, tuple[int, int, int] | None] = {}
+        # Link qualities by a small id (0: none reported), for ranking on arrays. Never trimmed:
+        # score parts in the engine's memo hold ids, and the qualities are sums of small counts
+        # (NVLinks, PCIe closeness, a free block's size), so there are few of them.
+        self.qualities_by_id: list[tuple[int, int, int] | None] = [None]
+        self._quality_ids: dict[tuple[int, int, int] | None, int] = {None: 0}
         # The agent's view of each node topology, for pods the agent pins (pod_policy).
         self.agent_views = AgentViews()
         # read_pod_spec's answer (or its error) by the annotations it reads and the pod's shape.
@@ -1096,6 +1107,13 @@ class AdmissionTables:
         found = self._ids.get(key)
         if found is None:
             found = self._ids[key] = self._new_id()
+        return found
+
+    def quality_id(self, quality: tuple[int, int, int] | None) -> int:
+        found = self._quality_ids.get(quality)
+        if found is None:
+            found = self._quality_ids[quality] = len(self.qualities_by_id)
+            self.qualities_by_id.append(quality)
         return found
 
     def shape_id(self, shape: Hashable) -> int:
@@ -1211,9 +1229,7 @@ class _Decision:
     numa_generation: int
 
 
-# Link quality not computed yet.
-_UNKNOWN_QUALITY = object()
-_quality_of = operator.attrgetter("quality")
+_quality_id_of = operator.attrgetter("quality_id")
 
 
 def numa_count_of(part: object) -> float:
@@ -1226,11 +1242,12 @@ class _ScorePart:
     """numa-aware's score part for one node (memoised by the engine per pod class and node
     generation): the admission, and the link quality of its device set once computed."""
 
-    __slots__ = ("decision", "quality")
+    __slots__ = ("decision", "quality_id")
 
     def __init__(self, decision: _Decision) -> None:
         self.decision = decision
-        self.quality: object = _UNKNOWN_QUALITY
+        # AdmissionTables.quality_id of its link quality; -1 until ranked.
+        self.quality_id = -1
 
 
 # CycleState keys of this plugin.
