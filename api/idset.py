@@ -131,10 +131,13 @@ class IdSet:
         longer, shorter = self._bits, other._bits
         if not shorter:
             return self
-        if len(shorter) < len(longer):
-            shorter = shorter + zeros(len(longer) - len(shorter))
-        # The longer operand ends in a one, so the union does too.
-        return IdSet._exact(longer | shorter)
+        if len(shorter) == len(longer):
+            # The longer operand ends in a one, so the union does too.
+            return IdSet._exact(longer | shorter)
+        # OR into the front of a copy of the longer one (no padded copy of the shorter is made).
+        merged = bitarray(longer)
+        merged[: len(shorter)] |= shorter
+        return IdSet._exact(frozenbitarray(merged))
 
     def intersection(self, other: IdSet) -> IdSet:
         size = min(len(self._bits), len(other._bits))
@@ -149,14 +152,15 @@ class IdSet:
         if not bits or not removed:
             return self
         size = len(bits)
-        if len(removed) > size:
-            removed = removed[:size]
-        elif len(removed) < size:
-            removed = removed + zeros(size - len(removed))
-        return IdSet._from_bits(bits & ~removed)
+        if len(removed) >= size:
+            return IdSet._from_bits(bits & ~(removed if len(removed) == size else removed[:size]))
+        # Clear within the front of a copy (no padded copy of the removed bits is made).
+        left = bitarray(bits)
+        left[: len(removed)] &= ~removed
+        return IdSet._from_bits(frozenbitarray(left))
 
     def is_subset(self, other: IdSet) -> bool:
-        return len(self.difference(other)) == 0
+        return self.count_common(other) == len(self)
 
     def __or__(self, other: IdSet) -> IdSet:
         return self.union(other)

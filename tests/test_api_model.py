@@ -95,6 +95,7 @@ def test_idset_behaves_like_a_set(first: set[int], second: set[int]) -> None:
     assert set(a | b) == first | second
     assert set(a & b) == first & second
     assert set(a - b) == first - second
+    assert a.is_subset(b) == (first <= second) and b.is_subset(a) == (second <= first)
     assert len(a) == len(first)
     assert IdSet.parse(a.format()) == a
     assert (a == b) == (first == second)
