@@ -207,3 +207,9 @@ def test_a_candidate_is_found_by_identity_in_a_scan_and_in_a_plain_list() -> Non
         # Another object of the same name (another snapshot's node) is not a candidate.
         assert candidates.index_of(NodeInfo.create("n4", Resource(milli_cpu=1000))) is None
     assert index.position_of(nodes[3]) == 3 and index.position_of(NodeInfo.create("n3", Resource())) is None
+    # The chosen candidate's position answers for that node only; every other node is searched.
+    for candidates in (scanned, plain):
+        candidates.chosen_at = 2
+        assert [candidates.index_of(node) for node in nodes] == [None, 1, None, None, 0, 2]
+        candidates.chosen_at = 7
+        assert candidates.index_of(nodes[5]) == 2

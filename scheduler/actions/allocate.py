@@ -404,7 +404,8 @@ def choose_node(ssn: Session, task: TaskInfo, candidates: Sequence[NodeInfo]) ->
     best = np.flatnonzero(scores == scores.max())
     if candidates.node_index is not None:
         # The index is in name order: the smallest position among the best is the smallest name.
-        return candidates[int(best[np.argmin(candidates.positions[best])])]
+        position = candidates.chosen_at = int(best[np.argmin(candidates.positions[best])])
+        return candidates[position]
     return min((candidates[i] for i in best.tolist()), key=lambda node: node.name)
 
 

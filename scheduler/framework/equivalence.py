@@ -284,7 +284,7 @@ class Candidates(list[NodeInfo]):
     """The nodes a scan found for a task, in scan order, with where they sit in the scanned
     NodeIndex (positions) and their generations at the scan; index is None for a plain list."""
 
-    __slots__ = ("generations", "node_index", "positions")
+    __slots__ = ("chosen_at", "generations", "node_index", "positions")
 
     def __init__(
         self,
@@ -297,12 +297,18 @@ class Candidates(list[NodeInfo]):
         self.node_index = index
         self.positions: Ints = np.empty(0, dtype=np.int64) if positions is None else positions
         self.generations: Ints = np.empty(0, dtype=np.int64) if generations is None else generations
+        # Where the node chosen among them sits (set by the allocate action's choice), so the
+        # plugins that place the pod find it without a search (index_of).
+        self.chosen_at: int | None = None
 
     def slots(self) -> Ints | None:
         return None if self.node_index is None else self.node_index.slots[self.positions]
 
     def index_of(self, node: NodeInfo) -> int | None:
         """The position of this very node object among the candidates; None when not one."""
+        chosen = self.chosen_at
+        if chosen is not None and chosen < len(self) and self[chosen] is node:
+            return chosen
         if self.node_index is not None and len(self.positions) == len(self):
             at = self.node_index.position_of(node)
             if at is None:
