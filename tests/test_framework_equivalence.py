@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -21,7 +21,14 @@ from numasched.conf.model import PluginOption, SchedulerConfig, Tier
 from numasched.scheduler.actions.allocate import AllocateAction, feasible_nodes
 from numasched.scheduler.builtin import default_registry
 from numasched.scheduler.framework.arguments import Arguments
-from numasched.scheduler.framework.equivalence import IDLE_SESSIONS, MAX_CLASSES, EquivalenceMemo
+from numasched.scheduler.framework.equivalence import (
+    IDLE_SESSIONS,
+    MAX_CLASSES,
+    Candidates,
+    EquivalenceMemo,
+    Floats,
+    Objects,
+)
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import Session
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
@@ -280,3 +287,56 @@ def test_a_key_that_cannot_be_hashed_is_its_plugins_fault() -> None:
     assert ssn.equivalence_class(task("a")) is None
     fault = ssn.fault_of(task("a"))
     assert fault is not None and fault.plugin == "colour" and "unhashable" in fault.message
+
+
+class TupleParts:
+    """Score parts that are tuples (the memo keeps them as they are, not as rows of an array):
+    (the node's index, its task count); the number is the index, the score the number doubled."""
+
+    name = "tuples"
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+        self.seen: list[list[object]] = []
+
+    def equivalence_key(self, task: TaskInfo) -> Hashable:
+        return task.labels.get("colour")
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_score_parts(self.name, self.part, self.combine, number=self.number, combine_numbers=self.numbers)
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None
+
+    def part(self, task: TaskInfo, node: NodeInfo) -> tuple[int, int]:
+        self.asked.append((task.uid, node.name))
+        return (int(node.name[1:]), len(node.tasks))
+
+    @staticmethod
+    def number(part: object) -> float:
+        assert isinstance(part, tuple)
+        return float(part[0])
+
+    def combine(self, task: TaskInfo, nodes: Sequence[NodeInfo], parts: Mapping[str, object]) -> dict[str, float]:
+        return {name: 2 * self.number(part) for name, part in parts.items()}
+
+    def numbers(self, task: TaskInfo, candidates: Candidates, parts: Objects, numbers: Floats) -> Floats:
+        self.seen.append(parts.tolist())
+        return numbers * 2
+
+
+def test_score_parts_are_kept_per_class_and_node_generation_as_the_plugin_gave_them() -> None:
+    plugin = TupleParts()
+    registry = default_registry()
+    registry.register_plugin("tuples", lambda arguments: plugin)
+    nodes = [node(i) for i in range(4)]
+    ssn = session(nodes, registry, config("tuples"), EquivalenceMemo())
+    candidates = feasible_nodes(ssn, task("a"), nodes, check_resources=True)
+    assert ssn.batch_node_order(task("a"), candidates).tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert plugin.seen[-1] == [(0, 0), (1, 0), (2, 0), (3, 0)]
+    # Another pod of the class: nothing asked again until a node changes.
+    nodes[2].add_task(task("held"))
+    candidates = feasible_nodes(ssn, task("b"), nodes, check_resources=True)
+    assert ssn.batch_node_order(task("b"), candidates).tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert [asked for asked in plugin.asked if asked[0] == "b"] == [("b", "n002")]
+    assert plugin.seen[-1] == [(0, 0), (1, 0), (2, 1), (3, 0)]

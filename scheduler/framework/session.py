@@ -626,15 +626,16 @@ class Session:
         else:
             table = memo.parts(("parts", name, class_key))
             stale = np.flatnonzero(table.generation[slots] != candidates.generations)
-            number = fn.number
-            for position in stale.tolist():
-                node = candidates[position]
-                slot = slots[position]
-                value = fn.part(task, node)
-                table.parts[slot] = value
-                if number is not None:
-                    table.numbers[slot] = number(value)
-                table.generation[slot] = node.generation
+            if len(stale):
+                # Asked node by node, kept all at once (a part the plugin raised on keeps nothing).
+                stale_nodes = [candidates[position] for position in stale.tolist()]
+                part = fn.part
+                values = [part(task, node) for node in stale_nodes]
+                at = slots[stale]
+                table.parts[at] = np.fromiter(values, dtype=object, count=len(values))
+                if fn.number is not None:
+                    table.numbers[at] = np.fromiter(map(fn.number, values), dtype=np.float64, count=len(values))
+                table.generation[at] = [node.generation for node in stale_nodes]
             parts, numbers = table.parts[slots], table.numbers[slots]
         if fn.combine_numbers is not None:
             return fn.combine_numbers(task, candidates, parts, numbers)
