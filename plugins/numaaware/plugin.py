@@ -1016,7 +1016,9 @@ class NumaAwarePlugin:
         """The predicate's decision completed when the node is as the predicate saw it, else a
         fresh full placement."""
         subject, topology = (task, None) if node.topology is None else self._subject(task, node.topology)
-        if decision is None or decision.topology is not topology or self._policy(task, node) != decision.policy:
+        # The policy is not asked again: it follows from the pod's class (its annotations and
+        # shape) and the topology object, which are the decision's.
+        if decision is None or decision.topology is not topology:
             return self.place(task, node)
         free = decision.free
         # At the decision's NUMA generation what is free is as the decision saw it (on_allocate
