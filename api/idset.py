@@ -35,10 +35,12 @@ class IdSet:
         if size > MAX_ID + 1:
             raise IdSetError(f"id {size - 1} is too large (at most {MAX_ID})")
         bits = zeros(size)
-        for value in id_list:
-            if value < 0:
-                raise IdSetError(f"negative id {value}")
-            bits[value] = 1
+        if id_list:
+            lowest = min(id_list)
+            if lowest < 0:
+                raise IdSetError(f"negative id {lowest}")
+            # Every bit at once (bitarray's index lists, 2.8 and later).
+            bits[id_list] = 1
         self._bits = frozenbitarray(bits)
         self._hash: int | None = None
 

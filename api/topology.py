@@ -257,7 +257,7 @@ class NumaTopology:
 
     @cached_property
     def all_cpus(self) -> IdSet:
-        return IdSet(info.cpu for info in self.cpus)
+        return IdSet([info.cpu for info in self.cpus])
 
     @cached_property
     def cpu_rows(self) -> tuple[tuple[int, int, int, int, int], ...]:
