@@ -198,16 +198,22 @@ def assert_agrees(
     return fast
 
 
+# A machine, its kubelet's options and a pod, as the property tests below draw them.
+_SETUPS = {
+    "machine": st.sampled_from(MACHINES),
+    "scope": st.sampled_from(tuple(TopologyScope)),
+    "cpu_options": st.sampled_from(CPU_OPTIONS),
+    "memory_manager": st.sampled_from(("None", "Static")),
+    "task": pods(),
+    "seed": st.integers(0, 2**32 - 1),
+}
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    machine=st.sampled_from(MACHINES),
     policy=st.sampled_from(tuple(TopologyPolicy)),
-    scope=st.sampled_from(tuple(TopologyScope)),
-    cpu_options=st.sampled_from(CPU_OPTIONS),
-    memory_manager=st.sampled_from(("None", "Static")),
     nic_alignment=st.sampled_from(("preferred", "required")),
-    task=pods(),
-    seed=st.integers(0, 2**32 - 1),
+    **_SETUPS,
 )
 def test_fast_admission_agrees_with_the_full_placement(
     machine: str,
@@ -251,14 +257,7 @@ def test_single_guaranteed_container_agrees_with_the_full_placement(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    machine=st.sampled_from(MACHINES),
-    scope=st.sampled_from(tuple(TopologyScope)),
-    cpu_options=st.sampled_from(CPU_OPTIONS),
-    memory_manager=st.sampled_from(("None", "Static")),
-    task=pods(),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(**_SETUPS)
 def test_a_provider_a_unit_says_pins_nothing_has_no_hints_for_it(
     machine: str,
     scope: TopologyScope,
