@@ -355,19 +355,9 @@ class NumaAwarePlugin:
     def equivalence_key(self, task: TaskInfo) -> Hashable:
         """Admission reads the pod's policy annotation and its shape (QoS, containers' requests and
         limits); reasons that name the pod are never shared by the engine."""
-        shape = self._shape(task, self._cycle_state(task))
         # The tables' own token too: the engine keeps score parts per class, and a part holds ids
         # that only these tables read (its link quality's); other tables make other classes.
-        return (self.tables.token, tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
-
-    @staticmethod
-    def _shape(task: TaskInfo, state: CycleState) -> Hashable:
-        """task_shape, once per pod: the equivalence key and the pod's data both read it."""
-        shape: Hashable | None = state.get(_SHAPE_KEY)
-        if shape is None:
-            shape = task_shape(task)
-            state.write(_SHAPE_KEY, shape)
-        return shape
+        return (self.tables.token, self._pod(task).key)
 
     def on_session_close(self, ssn: Session) -> None:
         self._session = None
@@ -421,17 +411,17 @@ class NumaAwarePlugin:
             return self._pod_data
         data: _PodData | None = state.get(_POD_KEY)
         if data is None:
-            shape = self._shape(task, state)
+            shape = task_shape(task)
             # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations) reads the
             # annotations and the containers' limits (in the shape): pods alike share it.
-            spec_key = (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
-            read = self.tables.pod_specs.get(spec_key)
+            key = (tuple(task.annotations.get(name) for name in POD_POLICY_ANNOTATIONS), shape)
+            read = self.tables.pod_specs.get(key)
             if read is None:
                 try:
                     read = read_pod_spec(task)
                 except PodPolicyError as error:
                     read = error
-                self.tables.pod_specs[spec_key] = read
+                self.tables.pod_specs[key] = read
             if isinstance(read, PodPolicyError):
                 policy: TopologyPolicy | Status | None = Status(
                     StatusCode.UNSCHEDULABLE_AND_UNRESOLVABLE, f"pod {task.key}: {read}", PLUGIN_NAME
@@ -439,7 +429,7 @@ class NumaAwarePlugin:
                 spec = PodTopologySpec()
             else:
                 policy, spec = read.policy, read
-            data = _PodData(policy, shape, {}, {}, spec)
+            data = _PodData(policy, shape, {}, {}, spec, key)
             state.write(_POD_KEY, data)
         self._pod_state, self._pod_data = state, data
         return data
@@ -886,8 +876,8 @@ class NumaAwarePlugin:
             bonuses = np.zeros(present[-1] + 1, dtype=np.float64)
             for quality_id in present:
                 quality = known[quality_id]
-                if quality is not None:
-                    bonuses[quality_id] = ranked[quality]
+                # No links reported (None) ranks nowhere: no bonus.
+                bonuses[quality_id] = 0.0 if quality is None else ranked[quality]
             scores[near] += bonuses[ids]
         return scores
 
@@ -1254,7 +1244,6 @@ class _ScorePart:
 
 # CycleState keys of this plugin.
 _POD_KEY = "numa-aware/pod"
-_SHAPE_KEY = "numa-aware/shape"
 _NEEDS_KEY = "numa-aware/pinned-needs"
 _VIEW_KEY = "numa-aware/agent-view"
 # The pod's NUMA restriction per node (restriction.py), asked once per pod.
@@ -1274,6 +1263,8 @@ class _PodData:
     shape_ids: dict[TopologyPolicy, int]
     # The pod-level spec (pod_policy: ACK, Koordinator and Volcano annotations).
     spec: PodTopologySpec
+    # What admission reads of the pod: its policy annotations and its shape (equivalence_key).
+    key: Hashable
     # The candidates last scored and their score parts (combine_numbers): the decisions on them.
     scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
 
