@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import load_machine
 
 from numasched.api.topology import TopologyPolicy
@@ -40,3 +41,34 @@ def test_options_the_node_reports_win_over_plugin_arguments() -> None:
 def test_without_arguments_or_reported_options_nothing_is_set() -> None:
     options = options_for({}, topology())
     assert not (options.full_pcpus_only or options.distribute_cpus_across_numa or options.align_by_uncorecache)
+
+
+def test_the_ids_are_chosen_under_the_same_options_as_the_hints() -> None:
+    # One thread of every core is taken: with full-pcpus-only from the plugin's arguments, no
+    # whole core is free, so neither a hint nor an allocation of two CPUs may come out.
+    from numasched.api.hint import TopologyHint
+    from numasched.api.idset import IdSet
+    from numasched.api.numamask import NumaMask
+    from numasched.api.resource import Resource
+    from numasched.api.task import QosClass
+    from numasched.plugins.numaaware.providers.base import FreeResources, HintRequest, ProviderError
+
+    node = topology()
+    first_threads = IdSet(min(cpus) for cpus in _threads_by_core(node).values())
+    free = FreeResources(cpus=first_threads)
+    request = HintRequest("default/p", "main", Resource(milli_cpu=2000), QosClass.GUARANTEED)
+    hint = TopologyHint(NumaMask.of(0), True)
+    whole_cores = cpu_provider_factory({"full-pcpus-only": True})
+    assert whole_cores.hints(request, node, free) == {"cpu": ()}
+    with pytest.raises(ProviderError):
+        whole_cores.allocate(request, hint, node, free)
+    # Without the option the same free set gives two threads on NUMA node 0.
+    chosen = cpu_provider_factory({}).allocate(request, hint, node, free)["cpu"]
+    assert len(chosen) == 2 and chosen.is_subset(node.cpus_by_numa[0])
+
+
+def _threads_by_core(node: Any) -> dict[tuple[int, int], set[int]]:
+    cores: dict[tuple[int, int], set[int]] = {}
+    for info in node.cpus:
+        cores.setdefault((info.socket, info.core), set()).add(info.cpu)
+    return cores

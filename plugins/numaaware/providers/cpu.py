@@ -638,7 +638,7 @@ class CpuHintProvider:
         """
         if topology.policies.cpu_manager_policy != CpuManagerPolicy.STATIC:
             return {}
-        options = StaticPolicyOptions.of(topology)
+        options = StaticPolicyOptions.of(topology, self.default_options)
         available = free.cpus & self._allocatable_cpus(topology)
         if request.scope == TopologyScope.POD and request.containers:
             units = [
