@@ -64,7 +64,7 @@ def test_the_ids_are_chosen_under_the_same_options_as_the_hints() -> None:
         whole_cores.allocate(request, hint, node, free)
     # Without the option the same free set gives two threads on NUMA node 0.
     chosen = cpu_provider_factory({}).allocate(request, hint, node, free)["cpu"]
-    assert len(chosen) == 2 and chosen.is_subset(node.cpus_by_numa[0])
+    assert isinstance(chosen, IdSet) and len(chosen) == 2 and chosen.is_subset(node.cpus_by_numa[0])
 
 
 def _threads_by_core(node: Any) -> dict[tuple[int, int], set[int]]:
