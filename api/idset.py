@@ -45,7 +45,7 @@ class IdSet:
         self._hash: int | None = None
 
     @classmethod
-    def _from_bits(cls, bits: frozenbitarray) -> IdSet:
+    def _from_bits(cls, bits: bitarray) -> IdSet:
         result = cls.__new__(cls)
         # Trailing zeros would make equal sets compare unequal; strip them.
         last = bits.find(1, right=True) if bits.any() else -1
@@ -112,7 +112,7 @@ class IdSet:
     @classmethod
     def from_bits(cls, bits: bitarray) -> IdSet:
         """The ids whose bits are set; trailing zeros are allowed."""
-        return cls._from_bits(bits if isinstance(bits, frozenbitarray) else frozenbitarray(bits))
+        return cls._from_bits(bits)
 
     def count_common(self, other: IdSet) -> int:
         """len(self & other), without building the intersection."""

@@ -32,7 +32,6 @@ from numasched.plugins.numaaware.providers.cpu import (
     SmtAlignmentError,
     StaticPolicyOptions,
     allocate_cpus,
-    cpu_rows_key,
 )
 from numasched.plugins.numaaware.providers.cpu_assignment import CpuAssignmentError
 from numasched.plugins.numaaware.providers.cpu_layout import CpuLayout
@@ -72,7 +71,7 @@ def test_container_choice_matches_the_reference(data: st.DataObject, topology: N
     numa_ids = sorted({info.numa for info in topology.cpus})
     affinity = data.draw(st.none() | st.sets(st.sampled_from(numa_ids), min_size=1).map(NumaMask.from_ids))
     layout, reference = CpuLayout.from_topology(topology), _RefLayout(topology)
-    memo = _MEMOS.setdefault(cpu_rows_key(topology), CpuChoices())
+    memo = _MEMOS.setdefault(topology.cpu_rows, CpuChoices())
     # Another object of the same rows, as another node of the shape would be.
     twin = attrs.evolve(topology, node_name="twin")
     # Both option values on one memo: an answer for one must not be taken for the other.

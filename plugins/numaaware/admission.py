@@ -435,9 +435,8 @@ class MergeMemo:
                     # A list may change after the call: its identity does not name its content.
                     return _merge_now(policy, providers_hints, topology)
         found = self._merged.get(tuple(key))
-        # The very tuples named (or, where an identity was reused, tuples of equal content: the
-        # merge reads nothing else of them).
-        if found is not None and found[1] == held:
+        # An entry keeps the tuples its key names alive, so an id in a key names the very tuple.
+        if found is not None:
             return found[0]
         if len(self._merged) >= MAX_MERGES:
             self._merged.clear()

@@ -143,6 +143,7 @@ class StaticPolicyOptions:
 
 # What a node with no options (and no defaults) runs with: parse({}).
 _NO_OPTIONS = StaticPolicyOptions()
+# No CPUs (to use again: a pod without finished init containers): one empty set, not one per call.
 _NO_CPUS = IdSet()
 
 
@@ -234,12 +235,6 @@ class CpuNodeIndex:
             mask_table=MaskTable(masks, numa_ids),
             all_cpus=IdSet(layout.info),
         )
-
-
-def cpu_rows_key(topology: NumaTopology) -> tuple[tuple[int, int, int, int, int], ...]:
-    """The topology's CPU rows as plain tuples: equal exactly when the rows are, and hashed and
-    compared without a Python call per row (a large machine has hundreds)."""
-    return topology.cpu_rows
 
 
 def _available_bits(layout: CpuLayout, topology: NumaTopology, available: IdSet, count: int) -> frozenbitarray:
@@ -345,6 +340,8 @@ def cpu_hint_table(
     layout = index.layout
     reusable = reusable or _NO_CPUS
     free_per_numa: tuple[int, ...]
+    # The answer by the free set itself, where nothing else is read of it (no reuse, no whole cores).
+    by_free: tuple[IdSet, IdSet, int, int] | None = None
     if reusable or index.options.full_pcpus_only:
         available = free_cpus & topology.allocatable_cpus
         if reusable:
@@ -379,15 +376,12 @@ def cpu_hint_table(
         known = index.hints_by_counts[counts] = _hints_for_counts(
             index, free_per_numa, request_cpus, reusable_bits, reused, unknown
         )
-    if not reusable and not index.options.full_pcpus_only:
+    if by_free is not None:
         if len(index.hints_by_free) >= _MAX_HINTS_BY_COUNTS:
             index.hints_by_free.clear()
-        index.hints_by_free[(free_cpus, topology.reserved_cpus, request_cpus, unknown)] = known
+        index.hints_by_free[by_free] = known
     return known
 
-
-# No CPUs to use again (a pod without finished init containers): one empty set, not one per call.
-_NO_CPUS = IdSet()
 
 # Distinct (counts, request) answers kept per topology before they are dropped and computed anew.
 _MAX_HINTS_BY_COUNTS = 4096
@@ -559,7 +553,7 @@ class CpuHintProvider:
 
         def index_of(topology: NumaTopology) -> CpuNodeIndex:
             options = StaticPolicyOptions.of(topology, self.default_options)
-            rows = cpu_rows_key(topology)
+            rows = topology.cpu_rows
 
             def build() -> CpuNodeIndex:
                 # Built from this topology, so a topology that cannot be read names its own node.
