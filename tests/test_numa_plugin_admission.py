@@ -580,18 +580,17 @@ def test_a_unit_plan_names_the_deciding_container_and_serves_every_pod_of_the_sh
     providers = built_in_providers()
     scope = TopologyScope.CONTAINER
     # An init container pinning nothing (burstable), then the app container with GPUs: the app
-    # container decides, at index 1 of the kubelet's admission order (init containers first).
+    # container decides. It is the pod's only app container, so the plan names its place in the
+    # pod's list of containers, whichever order the kubelet admits them in.
     init = container_object("setup", "500m", 1, 0, 0, guaranteed=False)
     first = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)], [init], uid="first")
     second = pod([container_object("main", "4", 8, 2, 0, guaranteed=True)], [init], uid="second")
+    main_at = next(place for place, container in enumerate(second.containers) if container.name == "main")
     plan = unit_plan(first, topology, providers, scope)
-    assert plan == UnitPlan(Decides.CONTAINER, 1) == unit_plan(second, topology, providers, scope)
+    assert plan == UnitPlan(Decides.CONTAINER, main_at) == unit_plan(second, topology, providers, scope)
     unit = plan.unit(second)
     assert unit.request is not None
     assert (unit.request.pod, unit.request.container) == ("default/second", "main")
-    # Built from the container's place in the pod's list, it is the unit built from the kubelet's order.
-    assert plan.position >= 0 and not second.containers[plan.position].init
-    assert unit == UnitPlan(Decides.CONTAINER, 1).unit(second)
     # Two pinned containers: only the full placement decides; nothing pinned: nothing decides.
     two = pod([container_object(name, "4", 4, 0, 0, guaranteed=True) for name in ("a", "b")])
     assert unit_plan(two, topology, providers, scope) is None

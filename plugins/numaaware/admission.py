@@ -615,14 +615,12 @@ class Decides(enum.Enum):
 @attrs.frozen(slots=True)
 class UnitPlan:
     """Which request decides a pod on a machine (decision_unit), apart from the pod's names: pods
-    of one shape on machines of one content have one plan. `index`: for CONTAINER, the container's
-    place in containers_in_order."""
+    of one shape on machines of one content have one plan. `position`: for CONTAINER, the deciding
+    container's place in task.containers (the pod's shape fixes the order of its containers), so a
+    unit is built without ordering them."""
 
     decides: Decides
-    index: int = -1
-    # For CONTAINER, where unit_plan found it: the container's place in task.containers (the pod's
-    # shape fixes the order of its containers), so a unit is built without ordering them.
-    position: int = attrs.field(default=-1, eq=False, kw_only=True)
+    position: int = -1
     # Per provider whether it pins anything for the deciding request (DecisionUnit.pinning); the
     # pod's shape and the machine's content decide it. Empty: not known.
     pinning: tuple[bool, ...] = attrs.field(default=(), eq=False, kw_only=True)
@@ -633,9 +631,7 @@ class UnitPlan:
         pinning = self.pinning or None
         if self.decides is Decides.POD:
             return DecisionUnit(pod_request(task), pinning)
-        if self.position >= 0:
-            return DecisionUnit(container_request(task, task.containers[self.position]), pinning)
-        return DecisionUnit(container_request(task, containers_in_order(task)[self.index]), pinning)
+        return DecisionUnit(container_request(task, task.containers[self.position]), pinning)
 
 
 def unit_plan(
@@ -646,7 +642,8 @@ def unit_plan(
     the providers, nothing else."""
     if not all(type(provider) in _BUILT_IN_PROVIDERS for provider in providers):
         return None
-    requests = [container_request(task, container) for container in containers_in_order(task)]
+    ordered = containers_in_order(task)
+    requests = [container_request(task, container) for container in ordered]
     active = [index for index, request in enumerate(requests) if not _pins_nothing(request, topology, providers)]
     if len(active) > 1:
         return None
@@ -664,10 +661,10 @@ def unit_plan(
     decisive = requests[active[0]]
     if not _allocation_follows_hint(decisive, topology, providers):
         return None
-    deciding = containers_in_order(task)[active[0]]
+    deciding = ordered[active[0]]
     position = next(place for place, container in enumerate(task.containers) if container is deciding)
     pinning = tuple(_pins(provider, decisive, topology) for provider in providers)
-    return UnitPlan(Decides.CONTAINER, active[0], position=position, pinning=pinning)
+    return UnitPlan(Decides.CONTAINER, position, pinning=pinning)
 
 
 def decision_unit(
