@@ -223,7 +223,8 @@ def normalized_scores(counts: Floats, weight: int) -> Floats:
     """Volcano's reverse NormalizeScore over the candidates: fewer NUMA nodes scores higher, 0-100
     (integer arithmetic, as Volcano's), times weight; a count below 0 (no admission) scores 0 and
     does not take part."""
-    highest = max(0, int(counts.max(initial=-1)))
+    # The ufunc's own reduce: ndarray.max with an initial value goes through a Python wrapper.
+    highest = max(0, int(np.maximum.reduce(counts, initial=-1.0)))
     # Counts are small whole numbers (-1 .. NUMA nodes): the score of each is looked up.
     return _score_table(highest, weight)[counts.astype(np.intp) + 1]
 
@@ -406,7 +407,9 @@ class NumaAwarePlugin:
 
     def _pod(self, task: TaskInfo) -> _PodData:
         """What admission reads of the pod, computed once per pod (its CycleState)."""
-        state = self._cycle_state(task)
+        # Asked several times per node: the session's state is read without a call in between.
+        ssn = self._session
+        state = ssn.cycle_state(task) if ssn is not None else self._cycle_state(task)
         if state is self._pod_state and self._pod_data is not None:
             return self._pod_data
         data: _PodData | None = state.get(_POD_KEY)
@@ -429,7 +432,18 @@ class NumaAwarePlugin:
                 spec = PodTopologySpec()
             else:
                 policy, spec = read.policy, read
-            data = _PodData(policy, shape, {}, {}, spec, key)
+            plain = not isinstance(policy, Status) and not spec.cpuset and spec.exclusive is None
+            data = _PodData(
+                policy,
+                shape,
+                {},
+                {},
+                spec,
+                key,
+                plain=plain,
+                requested=None if isinstance(policy, Status) else policy,
+                linked=tuple(name for name, value in task.init_resreq.scalars.items() if value > 0),
+            )
             state.write(_POD_KEY, data)
         self._pod_state, self._pod_data = state, data
         return data
@@ -561,23 +575,40 @@ class NumaAwarePlugin:
         """Whether the task fits this node and how many NUMA nodes it spans there, choosing the ids
         only where that decides it (admission.admit_pod); kept for scoring and on_allocate."""
         pod = self._pod(task)
-        policy = self._policy_of(task, pod, node)
-        if policy is None:
-            return Placement(True)
-        if isinstance(policy, Status):
-            return policy
-        assert node.topology is not None
-        subject, topology = self._subject_of(task, pod.spec, node.topology)
-        state = self._node_state(node, topology)
+        topology = node.topology
+        policy: TopologyPolicy | Status | None
+        if pod.plain and topology is not None and len(topology.numa_ids) <= DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
+            # Most pods on most nodes (asked per node, so without _policy_of and _subject_of): no
+            # pinned CPUs, no exclusivity, a machine within the kubelet's NUMA limit; the policy
+            # is the stricter of the node's and the pod's, and admission sees the pod as it is.
+            policy = stricter(topology.policies.topology_manager_policy, pod.requested)
+            subject = task
+        else:
+            policy = self._policy_of(task, pod, node)
+            if policy is None:
+                return Placement(True)
+            if isinstance(policy, Status):
+                return policy
+            assert topology is not None
+            subject, topology = self._subject_of(task, pod.spec, topology)
+        state = self._admissions.get(node.name)
+        if state is None or state.topology is not topology or state.generation != node.numa_generation:
+            state = self._node_state(node, topology)
         shape = pod.shape_ids.get(policy)
         if shape is None:
             # The pod's shape under this policy, as a small id: it is hashed per node from here on.
             shape = pod.shape_ids[policy] = self.tables.shape_id((policy, pod.shape))
         outcome = state.outcomes.get(shape)
         if outcome is None:
-            # The unit plan is kept per pod shape and machine content, but not for an agent's view
-            # of the pod (another task object per node, not of the pod's shape).
-            outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy, subject is task)
+            shared = self._equivalent.get((state.class_id, shape))
+            if shared is not None and shared.pod is None and not isinstance(shared.outcome, str):
+                # A node alike admitted the shape (_equivalent_outcome's first case, taken here
+                # because most nodes a pod is asked about are answered by it).
+                outcome = state.outcomes[shape] = shared.outcome
+            else:
+                # The unit plan is kept per pod shape and machine content, but not for an agent's
+                # view of the pod (another task object per node, not of the pod's shape).
+                outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy, subject is task)
         if isinstance(outcome, Status):
             return outcome
         if pod.spec.exclusive is not None:
@@ -719,7 +750,14 @@ class NumaAwarePlugin:
             if isinstance(plan, Unasked):
                 scope = topology.policies.topology_manager_scope
                 plan = self.tables.unit_plans[plan_key] = unit_plan(task, topology, self.providers, scope)
-            unit = None if plan is None else plan.unit(task)
+            if plan is None:
+                unit = None
+            else:
+                # The pod's request under a plan is the same on every node of that plan.
+                units = self._pod(task).units
+                unit = units.get(plan_key)
+                if unit is None:
+                    unit = units[plan_key] = plan.unit(task)
         placed = admit_pod(task, topology, state.free, self.providers, policy, merges=self.tables.merges, unit=unit)
         if isinstance(placed, Placement) and not placed.admitted:
             reason = placed.reason
@@ -773,11 +811,10 @@ class NumaAwarePlugin:
             return outcome
         return Status.unschedulable(describe_conflict(outcome.numa, broken, exclusive), PLUGIN_NAME)
 
-    def _preferred_penalty_array(self, task: TaskInfo, candidates: Candidates, parts: Objects, scores: Floats) -> None:
+    def _preferred_penalty_array(self, candidates: Candidates, parts: Objects, scores: Floats) -> None:
         """singleNUMANodeExclusive Preferred: a candidate whose placement breaks the rule loses the
-        NUMA score's whole range, so it ranks below every candidate that keeps it."""
-        if self._spec(task).exclusive is not Exclusivity.PREFERRED:
-            return
+        NUMA score's whole range, so it ranks below every candidate that keeps it. For a pod whose
+        spec asks for it (the caller checks)."""
         for position, node in enumerate(candidates):
             part = parts[position]
             if isinstance(part, _ScorePart) and self._breaks_rule(node, part.decision):
@@ -849,11 +886,14 @@ class NumaAwarePlugin:
         pod = self._pod(task)
         pod.decided.clear()
         pod.scored[:] = [(candidates, parts)]
-        scored = counts >= 0
         scores = normalized_scores(counts, self.weight)
-        self._preferred_penalty_array(task, candidates, parts, scores)
-        linked = [name for name, value in task.init_resreq.scalars.items() if value > 0]
-        if not linked or not scored.any():
+        if pod.spec.exclusive is Exclusivity.PREFERRED:
+            self._preferred_penalty_array(candidates, parts, scores)
+        linked = pod.linked
+        if not linked:
+            return scores
+        scored = counts >= 0
+        if not scored.any():
             return scores
         best = float(scores[scored].max())
         reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
@@ -1267,6 +1307,14 @@ class _PodData:
     key: Hashable
     # The candidates last scored and their score parts (combine_numbers): the decisions on them.
     scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
+    # True when admission on a node depends only on the node's policy and `requested` (the
+    # policy the pod asks for): no bad annotation, no pinned CPUs, no exclusivity.
+    plain: bool = False
+    requested: TopologyPolicy | None = None
+    # The extended resources it asks for (link ranking ranks the device sets of those).
+    linked: tuple[str, ...] = ()
+    # Its decision unit per unit plan (keyed as AdmissionTables.unit_plans).
+    units: dict[Hashable, DecisionUnit] = attrs.field(factory=dict)
 
 
 def build(arguments: Arguments) -> NumaAwarePlugin:
