@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -88,6 +88,12 @@ class PodAllocation:
         """allocation_to_json, once per allocation object: the scheduler places one completed
         admission on many nodes alike, and the binding writes it for each pod."""
         return allocation_to_json(self)
+
+    @functools.cached_property
+    def texts_by_layout(self) -> dict[Hashable, str]:
+        """Texts about this allocation that also depend on where its ids sit on a node (the
+        binder's Volcano decision), kept per allocation object by what they read of the node."""
+        return {}
 
 
 @attrs.frozen(slots=True)

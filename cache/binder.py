@@ -4,7 +4,7 @@ carry its CPU and device decision to the node side."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _quoted
 from typing import Protocol
 
@@ -66,8 +66,49 @@ class StatusReporter(Protocol):
 def volcano_decision(allocation: PodAllocation, topology: NumaTopology | None) -> str:
     """volcano.sh/topology-decision: per NUMA node, the CPUs (list format) and device ids there.
 
-    The JSON text is written here rather than by json.dumps (a binding per pod writes it): keys
-    sorted as strings, no spaces, strings quoted as json.dumps quotes them, the same text."""
+    Where every container's CPUs sit on the one NUMA node chosen for it (what a placement of ours
+    gives), the text follows from the allocation and the NUMA nodes of its devices alone: it is
+    kept with the allocation object under those, since one completed admission is bound on many
+    nodes alike."""
+    layout = _simple_layout(allocation, topology)
+    if layout is None:
+        return _decision_text(allocation, topology)
+    texts = allocation.texts_by_layout
+    text = texts.get(layout)
+    if text is None:
+        text = texts[layout] = _decision_text(allocation, topology)
+    return text
+
+
+def _simple_layout(allocation: PodAllocation, topology: NumaTopology | None) -> Hashable | None:
+    """The NUMA node of each device id the allocation names (-1: unknown), in its order, when
+    each container with CPUs has exactly one NUMA node chosen and all its CPUs are on it; None
+    otherwise (the text then depends on how the node's CPUs split across NUMA nodes)."""
+    if topology is None:
+        return None
+    device_numas: list[object] = ["volcano-decision"]
+    for container in allocation.containers:
+        cpus = container.cpuset
+        if cpus:
+            numa = container.numa
+            if numa is None or numa.count() != 1:
+                return None
+            on_numa = topology.cpus_by_numa.get(numa.ids()[0])
+            if on_numa is None or cpus.count_common(on_numa) != len(cpus):
+                return None
+        for resource, ids in container.devices.items():
+            group = topology.devices.get(resource)
+            by_id = group.by_id if group is not None else {}
+            for device_id in ids:
+                device = by_id.get(device_id)
+                device_numas.append(device.numa if device is not None and device.numa is not None else -1)
+    return tuple(device_numas)
+
+
+def _decision_text(allocation: PodAllocation, topology: NumaTopology | None) -> str:
+    """volcano_decision worked out. The JSON text is written here rather than by json.dumps (a
+    binding per pod writes it): keys sorted as strings, no spaces, strings quoted as json.dumps
+    quotes them, the same text."""
     per_numa: dict[int, dict[str, list[str]]] = {}
     cpus_per_numa: dict[int, IdSet] = {}
     for container in allocation.containers:

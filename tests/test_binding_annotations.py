@@ -122,3 +122,31 @@ def test_the_decision_text_is_what_json_dumps_writes_for_the_cpus_and_devices_pe
     if allocation.is_empty() and not any(c.numa for c in allocation.containers):
         return
     assert binding_annotations(_task(allocation), _node())[DECISION] == _expected_decision(allocation)
+
+
+def _node_where(name: str, cpu_numa: dict[int, int], gpu_numa: dict[str, int | None]) -> NodeInfo:
+    cpus = tuple(CpuInfo(cpu=cpu, core=cpu, socket=0, numa=numa, l3=0) for cpu, numa in cpu_numa.items())
+    gpus = DeviceGroup("nvidia.com/gpu", tuple(DeviceInfo(gpu, numa) for gpu, numa in gpu_numa.items()))
+    topology = NumaTopology(node_name=name, numa_ids=(0, 1), cpus=cpus, devices={"nvidia.com/gpu": gpus})
+    return NodeInfo(name=name, topology=topology)
+
+
+def test_one_allocation_bound_on_nodes_laid_out_differently_gets_each_nodes_decision() -> None:
+    # The decision text is kept per allocation object: it must still follow each node's layout.
+    allocation = PodAllocation(
+        (ContainerAllocation("a", IdSet.parse("0-1"), NumaMask.of(0), {"nvidia.com/gpu": ("g0",)}),)
+    )
+    alike = _node_where("alike", {0: 0, 1: 0, 2: 1, 3: 1}, {"g0": 0})
+    gpu_elsewhere = _node_where("gpu-elsewhere", {0: 0, 1: 0, 2: 1, 3: 1}, {"g0": 1})
+    gpu_unknown = _node_where("gpu-unknown", {0: 0, 1: 0, 2: 1, 3: 1}, {"g0": None})
+    cpus_split = _node_where("cpus-split", {0: 0, 1: 1, 2: 0, 3: 1}, {"g0": 0})
+    expected = {
+        "alike": {"numa": {"0": {"cpu": "0-1", "nvidia.com/gpu": "g0"}}},
+        "gpu-elsewhere": {"numa": {"0": {"cpu": "0-1"}, "1": {"nvidia.com/gpu": "g0"}}},
+        "gpu-unknown": {"numa": {"0": {"cpu": "0-1"}, "unknown": {"nvidia.com/gpu": "g0"}}},
+        "cpus-split": {"numa": {"0": {"cpu": "0", "nvidia.com/gpu": "g0"}, "1": {"cpu": "1"}}},
+    }
+    # Twice over, so that each node is also asked after the others filled the allocation's texts.
+    for node in (alike, gpu_elsewhere, gpu_unknown, cpus_split, cpus_split, gpu_unknown, gpu_elsewhere, alike):
+        annotations = binding_annotations(_task(allocation), node)
+        assert json.loads(annotations[DECISION]) == expected[node.name], node.name
