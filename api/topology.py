@@ -351,3 +351,32 @@ def topology_shape_key(topology: NumaTopology) -> tuple[object, ...]:
 def topology_availability_key(topology: NumaTopology) -> tuple[object, ...]:
     """What the source says is free and which pods that reflects."""
     return (topology.available_cpus, tuple(topology.available_devices.items()), topology.pods_fingerprint)
+
+
+# The views NumaTopology computes from its machine parts alone (its CPU rows, NUMA ids and reserved
+# CPUs): equal parts give equal views, so a topology sharing another's parts shares these too.
+_MACHINE_VIEWS = ("cpu_info", "all_cpus", "cpu_rows", "allocatable_cpus", "cpus_by_numa", "all_numa")
+
+
+def with_machine_of(topology: NumaTopology, like: NumaTopology) -> NumaTopology:
+    """topology with the machine parts of `like`, a topology of equal topology_shape_key: the same
+    objects instead of equal copies, and like's views of them (cpu_rows, cpus_by_numa, ...)
+    instead of computing them again. Its own name, policies and availability are kept.
+
+    Nodes of one machine shape, and each new topology object of one node, then hold one copy of
+    the machine: everything keyed or compared by those parts finds them identical, and nothing
+    derived from them is computed per node."""
+    shared = attrs.evolve(
+        topology,
+        numa_ids=like.numa_ids,
+        cpus=like.cpus,
+        distances=like.distances,
+        memory=like.memory,
+        devices=like.devices,
+        links=like.links,
+        reserved_cpus=like.reserved_cpus,
+    )
+    for view in _MACHINE_VIEWS:
+        # A frozen class: the cached views are set as the class's own cached_property would.
+        object.__setattr__(shared, view, getattr(like, view))
+    return shared

@@ -52,6 +52,7 @@ from numasched.cache.convert_topology import (
 )
 from numasched.cache.dra_store import DRA_KINDS, DraStore
 from numasched.cache.events import CLUSTER_SCOPED_KINDS, EventType, ObjectEvent, object_key, object_name
+from numasched.cache.machine_parts import MachineParts
 
 log = structlog.get_logger("numasched.cache")
 
@@ -132,6 +133,8 @@ class Cache:
     ) -> None:
         self.scheduler_names = frozenset(scheduler_names)
         self._on_problem = on_problem
+        # Converted topologies of one machine shape share one copy of the machine.
+        self._machines = MachineParts()
         self._raw: dict[str, dict[str, Mapping[str, Any]]] = {kind: {} for kind in KINDS}
         self._tasks: dict[str, TaskInfo] = {}
         self._task_uid_by_key: dict[str, str] = {}
@@ -399,9 +402,9 @@ class Cache:
 
         try:
             if kind == "Numatopology":
-                topology = numatopology_to_topology(obj, warn)
+                topology = self._machines.shared(numatopology_to_topology(obj, warn))
                 return _TopologyRecord(kind, topology, "", pod_allocation_report(obj, topology, warn))
-            topology = nrt_to_topology(obj, warn)
+            topology = self._machines.shared(nrt_to_topology(obj, warn))
             return _TopologyRecord(kind, topology, "", nrt_pod_allocation_report(obj, topology, warn))
         except ConversionError as error:
             self._problem(kind, key, error.message)
