@@ -591,24 +591,30 @@ class NumaAwarePlugin:
                 return policy
             assert topology is not None
             subject, topology = self._subject_of(task, pod.spec, topology)
+        # Admission depends only on the node's topology content and what is pinned there
+        # (numa_usage) and on the pod's shape: pods of one shape (the replicas of a job) reuse the
+        # node's state while the node is as it was, and nodes alike share their class.
         state = self._admissions.get(node.name)
         if state is None or state.topology is not topology or state.generation != node.numa_generation:
-            state = self._node_state(node, topology)
+            state = self._next_node_state(node, topology, state)
         shape = pod.shape_ids.get(policy)
         if shape is None:
             # The pod's shape under this policy, as a small id: it is hashed per node from here on.
             shape = pod.shape_ids[policy] = self.tables.shape_id((policy, pod.shape))
         outcome = state.outcomes.get(shape)
         if outcome is None:
+            # The answer for a node alike (same class), where one was kept for this pod's shape
+            # (or, naming the pod, for this pod): most nodes a pod is asked about are answered so.
             shared = self._equivalent.get((state.class_id, shape))
-            if shared is not None and shared.pod is None and not isinstance(shared.outcome, str):
-                # A node alike admitted the shape (_equivalent_outcome's first case, taken here
-                # because most nodes a pod is asked about are answered by it).
-                outcome = state.outcomes[shape] = shared.outcome
+            if shared is not None and (shared.pod is None or shared.pod == subject.key):
+                kept = shared.outcome
+                outcome = Status.unschedulable(kept, PLUGIN_NAME) if isinstance(kept, str) else kept
+                if shared.pod is None:
+                    state.outcomes[shape] = outcome
             else:
                 # The unit plan is kept per pod shape and machine content, but not for an agent's
                 # view of the pod (another task object per node, not of the pod's shape).
-                outcome = self._equivalent_outcome(subject, node, topology, state, shape, policy, subject is task)
+                outcome = self._computed_outcome(subject, node, topology, state, shape, policy, subject is task)
         if isinstance(outcome, Status):
             return outcome
         if pod.spec.exclusive is not None:
@@ -681,14 +687,10 @@ class NumaAwarePlugin:
             state.write(_RESTRICTION_KEY, restrict)
         return None if restrict is None else restrict(node)
 
-    def _node_state(self, node: NodeInfo, topology: NumaTopology) -> _NodeState:
-        """Admission depends only on the node's topology content and what is pinned there
-        (numa_usage) and on the pod's shape: pods of one shape (the replicas of a job) reuse it
-        while the node is as it was, and nodes alike share it."""
-        state = self._admissions.get(node.name)
+    def _next_node_state(self, node: NodeInfo, topology: NumaTopology, state: _NodeState | None) -> _NodeState:
+        """The node's state as admission reads it, where `state` (its last one, if any) no longer
+        holds: derived from it when one allocation joined the ledger since, else read anew."""
         if state is not None and state.topology is topology:
-            if state.generation == node.numa_generation:
-                return state
             step = node.numa_step
             if step is not None and step.before == state.generation and step.after == node.numa_generation:
                 # One allocation joined the ledger since (a pod placed here): the state follows
@@ -719,7 +721,7 @@ class NumaAwarePlugin:
         self._admissions[node.name] = state
         return state
 
-    def _equivalent_outcome(
+    def _computed_outcome(
         self,
         task: TaskInfo,
         node: NodeInfo,
@@ -729,20 +731,11 @@ class NumaAwarePlugin:
         policy: TopologyPolicy,
         keep_plan: bool = False,
     ) -> Placement | Admission | Status:
-        """The admission of a node alike (same class), else computed here. A refusal is shared
-        as its reason without the "node <name>: " prefix, and only when that reason names neither
-        this node nor (unless it is the same pod) the pod; everything else is kept to this node."""
+        """The admission of a node state whose class has no answer kept for the shape, computed
+        and kept for nodes alike. A refusal is shared as its reason without the "node <name>: "
+        prefix, and only when that reason names neither this node nor (unless it is the same pod)
+        the pod; everything else is kept to this node."""
         key = (state.class_id, shape)
-        shared = self._equivalent.get(key)
-        if shared is not None and (shared.pod is None or shared.pod == task.key):
-            outcome: Placement | Admission | Status
-            if isinstance(shared.outcome, str):
-                outcome = Status.unschedulable(shared.outcome, PLUGIN_NAME)
-            else:
-                outcome = shared.outcome
-            if shared.pod is None:
-                state.outcomes[shape] = outcome
-            return outcome
         unit: DecisionUnit | Unasked | None = UNASKED
         if keep_plan and policy is not TopologyPolicy.NONE:
             plan_key = (shape, self.fingerprints.get(topology))
