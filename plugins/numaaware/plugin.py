@@ -1028,6 +1028,9 @@ class NumaAwarePlugin:
         for the kubelet's choice: the binding names the NUMA nodes and not the ids, and the pod
         joins the unknown holders so later pods of this session see it as one."""
         assert task.allocation is not None
+        if not node.unknown_holders:
+            # Most nodes: every id is known, nothing to leave out.
+            return
         unknown = frozenset(resource for resource, (count, _) in node.unknown_holdings().items() if count > 0)
         allocation, left_out = without_unknown_ids(task.allocation, unknown)
         if not left_out:

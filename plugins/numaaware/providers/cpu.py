@@ -180,6 +180,15 @@ class CpuNodeIndex:
     masks_by_length: dict[tuple[IdSet, int], tuple[frozenbitarray, ...]] = attrs.field(
         factory=dict, eq=False, repr=False
     )
+    # allocatable_cpus' answers by the reserved CPUs.
+    allocatable_by_reserved: dict[IdSet, IdSet] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def allocatable_cpus(self, reserved: IdSet) -> IdSet:
+        """The layout's CPUs but `reserved` (NumaTopology.allocatable_cpus), once per reserved set."""
+        found = self.allocatable_by_reserved.get(reserved)
+        if found is None:
+            found = self.allocatable_by_reserved[reserved] = self.all_cpus - reserved
+        return found
 
     def free_per_numa(self, free_cpus: IdSet, reserved: IdSet) -> tuple[int, ...]:
         """How many of `free_cpus` are allocatable (CPUs of the layout, not `reserved`) on each NUMA
@@ -606,7 +615,7 @@ class CpuHintProvider:
         except (CpuTopologyError, IdSetError):
             # The topology's own answer, or its own error.
             return topology.allocatable_cpus
-        return index.all_cpus - topology.reserved_cpus
+        return index.allocatable_cpus(topology.reserved_cpus)
 
     def numa_nodes_of(self, topology: NumaTopology, cpus: IdSet) -> set[int] | None:
         """The NUMA nodes of these CPUs (those the topology lists), by the shape's index; None
