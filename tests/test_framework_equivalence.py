@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 import numasched.scheduler.actions.allocate as allocate_action
@@ -24,10 +25,10 @@ from numasched.scheduler.framework.arguments import Arguments
 from numasched.scheduler.framework.equivalence import (
     IDLE_SESSIONS,
     MAX_CLASSES,
+    CandidateParts,
     Candidates,
     EquivalenceMemo,
     Floats,
-    Objects,
 )
 from numasched.scheduler.framework.registry import Registry
 from numasched.scheduler.framework.session import Session
@@ -320,7 +321,7 @@ class TupleParts:
     def combine(self, task: TaskInfo, nodes: Sequence[NodeInfo], parts: Mapping[str, object]) -> dict[str, float]:
         return {name: 2 * self.number(part) for name, part in parts.items()}
 
-    def numbers(self, task: TaskInfo, candidates: Candidates, parts: Objects, numbers: Floats) -> Floats:
+    def numbers(self, task: TaskInfo, candidates: Candidates, parts: CandidateParts, numbers: Floats) -> Floats:
         self.seen.append(parts.tolist())
         return numbers * 2
 
@@ -340,3 +341,19 @@ def test_score_parts_are_kept_per_class_and_node_generation_as_the_plugin_gave_t
     assert ssn.batch_node_order(task("b"), candidates).tolist() == [0.0, 2.0, 4.0, 6.0]
     assert [asked for asked in plugin.asked if asked[0] == "b"] == [("b", "n002")]
     assert plugin.seen[-1] == [(0, 0), (1, 0), (2, 1), (3, 0)]
+
+
+def test_candidate_parts_read_the_table_at_the_candidates_slots() -> None:
+    table = np.empty(5, dtype=object)
+    for slot, part in enumerate(["s0", ("s", 1), "s2", None, "s4"]):
+        table[slot] = part
+    # Three candidates, sitting at slots 4, 1 and 3 of the table.
+    parts = CandidateParts(table, np.array([4, 1, 3], dtype=np.int64))
+    assert len(parts) == 3
+    assert [parts[0], parts[1], parts[2]] == ["s4", ("s", 1), None]
+    assert parts.at(np.array([2, 0], dtype=np.int64)) == [None, "s4"]
+    assert parts.tolist() == ["s4", ("s", 1), None]
+    # Without slots the array is in the candidates' order.
+    plain = CandidateParts(table[[4, 1]])
+    assert len(plain) == 2 and plain[1] == ("s", 1) and plain.at(np.array([1], dtype=np.int64)) == [("s", 1)]
+    assert plain.tolist() == ["s4", ("s", 1)]

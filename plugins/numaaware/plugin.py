@@ -43,7 +43,7 @@ import functools
 import json
 import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -114,7 +114,7 @@ from numasched.plugins.numaaware.providers.topology_memo import ContentMemo, Top
 from numasched.plugins.numaaware.restriction import NumaRestriction, any_restricting, keeps_group, restriction_of
 from numasched.scheduler.framework.arguments import Arguments, PluginArgumentError
 from numasched.scheduler.framework.cycle_state import CycleState
-from numasched.scheduler.framework.equivalence import Candidates, Floats, Ints, Objects
+from numasched.scheduler.framework.equivalence import CandidateParts, Candidates, Floats, Ints, Objects
 from numasched.scheduler.framework.status import SUCCESS, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -804,12 +804,11 @@ class NumaAwarePlugin:
             return outcome
         return Status.unschedulable(describe_conflict(outcome.numa, broken, exclusive), PLUGIN_NAME)
 
-    def _preferred_penalty_array(self, candidates: Candidates, parts: Objects, scores: Floats) -> None:
+    def _preferred_penalty_array(self, candidates: Candidates, parts: CandidateParts, scores: Floats) -> None:
         """singleNUMANodeExclusive Preferred: a candidate whose placement breaks the rule loses the
         NUMA score's whole range, so it ranks below every candidate that keeps it. For a pod whose
         spec asks for it (the caller checks)."""
-        for position, node in enumerate(candidates):
-            part = parts[position]
+        for position, (node, part) in enumerate(zip(candidates, parts.tolist(), strict=True)):
             if isinstance(part, _ScorePart) and self._breaks_rule(node, part.decision):
                 scores[position] -= MAX_NODE_SCORE * self.weight
 
@@ -870,10 +869,12 @@ class NumaAwarePlugin:
         for position, node in enumerate(nodes):
             in_order[position] = parts.get(node.name)
         counts: Floats = np.fromiter((numa_count_of(part) for part in in_order), dtype=np.float64, count=len(nodes))
-        scores = self.combine_numa_counts(task, candidates, in_order, counts)
+        scores = self.combine_numa_counts(task, candidates, CandidateParts(in_order), counts)
         return {node.name: float(scores[position]) for position, node in enumerate(nodes) if counts[position] >= 0}
 
-    def combine_numa_counts(self, task: TaskInfo, candidates: Candidates, parts: Objects, counts: Floats) -> Floats:
+    def combine_numa_counts(
+        self, task: TaskInfo, candidates: Candidates, parts: CandidateParts, counts: Floats
+    ) -> Floats:
         """combine_scores on arrays: the candidates' NUMA counts (numa_count_of their parts; -1
         where the node has no admission) give the scores in the candidates' order."""
         pod = self._pod(task)
@@ -892,7 +893,7 @@ class NumaAwarePlugin:
         reach = MAX_NODE_SCORE / LINK_SCORE_SHARE * self.weight
         near = np.flatnonzero(scored & (scores >= best - reach))
         # Every near-best candidate admits the task, so its part is a _ScorePart.
-        near_parts: list[_ScorePart] = parts[near].tolist()
+        near_parts = cast(list[_ScorePart], parts.at(near))
         # Qualities by their id in the tables (0: no links reported, -1: not ranked yet), so the
         # ranking is array work; most parts were ranked for an earlier pod of the class.
         ids: Ints = np.fromiter(map(_quality_id_of, near_parts), dtype=np.int64, count=len(near_parts))
@@ -1302,7 +1303,7 @@ class _PodData:
     # What admission reads of the pod: its policy annotations and its shape (equivalence_key).
     key: Hashable
     # The candidates last scored and their score parts (combine_numbers): the decisions on them.
-    scored: list[tuple[Candidates, Objects]] = attrs.field(factory=list)
+    scored: list[tuple[Candidates, CandidateParts]] = attrs.field(factory=list)
     # True when admission on a node depends only on the node's policy and `requested` (the
     # policy the pod asks for): no bad annotation, no pinned CPUs, no exclusivity.
     plain: bool = False

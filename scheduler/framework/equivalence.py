@@ -322,3 +322,34 @@ class Candidates(list[NodeInfo]):
         if self.node_index is None or len(self.positions) != len(self):
             return any(node.taints for node in self)
         return bool(self.node_index.tainted[self.positions].any())
+
+
+class CandidateParts:
+    """The candidates' score parts in their order, as combine_numbers reads them
+    (Session.add_score_parts): taken from the memo's table only where the plugin reads one, so
+    a combination that reads only the numbers touches no part. Read them during the combination
+    or, for the task being decided, until its placement: the memo rewrites its table for the
+    next pod of the class."""
+
+    __slots__ = ("_parts", "_slots")
+
+    def __init__(self, parts: Objects, slots: Ints | None = None) -> None:
+        # slots: where each candidate's part sits in `parts`; None: parts are in the candidates' order.
+        self._parts = parts
+        self._slots = slots
+
+    def __len__(self) -> int:
+        return len(self._parts) if self._slots is None else len(self._slots)
+
+    def __getitem__(self, position: int) -> object:
+        return self._parts[position if self._slots is None else self._slots[position]]
+
+    def at(self, positions: Ints) -> list[object]:
+        """The parts of the candidates at these positions, in that order."""
+        found: list[object] = self._parts[positions if self._slots is None else self._slots[positions]].tolist()
+        return found
+
+    def tolist(self) -> list[object]:
+        """Every candidate's part, in the candidates' order."""
+        found: list[object] = (self._parts if self._slots is None else self._parts[self._slots]).tolist()
+        return found

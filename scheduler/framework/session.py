@@ -23,6 +23,7 @@ from numasched.conf.model import SchedulerConfig
 from numasched.scheduler.framework.arguments import Arguments
 from numasched.scheduler.framework.cycle_state import CycleState
 from numasched.scheduler.framework.equivalence import (
+    CandidateParts,
     Candidates,
     EquivalenceMemo,
     Floats,
@@ -115,7 +116,7 @@ class EventHandler:
 # The same combination as arrays over the candidates: the parts, the number the plugin reads of
 # each (PartNumberFn, kept with the part) and the scores in the candidates' order.
 PartNumberFn = Callable[[object], float]
-CombineNumbersFn = Callable[[TaskInfo, Candidates, Objects, Floats], Floats]
+CombineNumbersFn = Callable[[TaskInfo, Candidates, CandidateParts, Floats], Floats]
 
 
 class ScoreParts:
@@ -636,9 +637,12 @@ class Session:
                 if fn.number is not None:
                     table.numbers[at] = np.fromiter(map(fn.number, values), dtype=np.float64, count=len(values))
                 table.generation[at] = [node.generation for node in stale_nodes]
+            if fn.combine_numbers is not None:
+                # The parts stay in the table until the plugin reads one.
+                return fn.combine_numbers(task, candidates, CandidateParts(table.parts, slots), table.numbers[slots])
             parts, numbers = table.parts[slots], table.numbers[slots]
         if fn.combine_numbers is not None:
-            return fn.combine_numbers(task, candidates, parts, numbers)
+            return fn.combine_numbers(task, candidates, CandidateParts(parts), numbers)
         by_name = fn.combine(task, candidates, {node.name: parts[i] for i, node in enumerate(candidates)})
         return np.fromiter(
             (by_name.get(node.name, 0.0) for node in candidates), dtype=np.float64, count=len(candidates)
