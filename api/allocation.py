@@ -84,6 +84,12 @@ class PodAllocation:
         )
 
     @functools.cached_property
+    def names_nothing(self) -> bool:
+        """No ids and no NUMA node chosen in any container: nothing for a binding to carry. Kept
+        per allocation object (one admission is bound on many nodes alike)."""
+        return self.is_empty() and not any(container.numa for container in self.containers)
+
+    @functools.cached_property
     def json_text(self) -> str:
         """allocation_to_json, once per allocation object: the scheduler places one completed
         admission on many nodes alike, and the binding writes it for each pod."""

@@ -93,7 +93,8 @@ def _simple_layout(allocation: PodAllocation, topology: NumaTopology | None) -> 
             numa = container.numa
             if numa is None or numa.count() != 1:
                 return None
-            on_numa = topology.cpus_by_numa.get(numa.ids()[0])
+            # The one NUMA id: the mask's only bit.
+            on_numa = topology.cpus_by_numa.get(numa.bits.bit_length() - 1)
             if on_numa is None or cpus.count_common(on_numa) != len(cpus):
                 return None
         for resource, ids in container.devices.items():
@@ -174,7 +175,7 @@ _NO_CPUS = IdSet()
 def binding_annotations(task: TaskInfo, node: NodeInfo | None) -> dict[str, str]:
     """The annotations the Binding carries (the API server copies them onto the pod)."""
     allocation = None if task.allocation is None else without_claims(task.allocation)
-    if allocation is None or (allocation.is_empty() and not any(c.numa for c in allocation.containers)):
+    if allocation is None or allocation.names_nothing:
         return {}
     topology = node.topology if node is not None else None
     if topology is not None and not topology.cpu_ids_known:

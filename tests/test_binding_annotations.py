@@ -150,3 +150,13 @@ def test_one_allocation_bound_on_nodes_laid_out_differently_gets_each_nodes_deci
     for node in (alike, gpu_elsewhere, gpu_unknown, cpus_split, cpus_split, gpu_unknown, gpu_elsewhere, alike):
         annotations = binding_annotations(_task(allocation), node)
         assert json.loads(annotations[DECISION]) == expected[node.name], node.name
+
+
+def test_an_allocation_naming_nothing_is_not_carried_and_one_naming_a_numa_node_is() -> None:
+    nothing = PodAllocation((ContainerAllocation("a", IdSet(), None), ContainerAllocation("b", IdSet(), None)))
+    assert binding_annotations(_task(nothing), _node()) == {}
+    assert binding_annotations(_task(nothing), _node()) == {}  # asked again, from what was kept
+    numa_only = PodAllocation(
+        (ContainerAllocation("a", IdSet(), None), ContainerAllocation("b", IdSet(), NumaMask.of(1)))
+    )
+    assert json.loads(binding_annotations(_task(numa_only), _node())[DECISION]) == {"numa": {"1": {}}}
