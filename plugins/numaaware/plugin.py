@@ -574,7 +574,10 @@ class NumaAwarePlugin:
     def admit(self, task: TaskInfo, node: NodeInfo) -> Placement | Admission | Status:
         """Whether the task fits this node and how many NUMA nodes it spans there, choosing the ids
         only where that decides it (admission.admit_pod); kept for scoring and on_allocate."""
-        pod = self._pod(task)
+        return self._admit(task, self._pod(task), node)
+
+    def _admit(self, task: TaskInfo, pod: _PodData, node: NodeInfo) -> Placement | Admission | Status:
+        # admit, given the pod's data (its callers per node have it already).
         topology = node.topology
         policy: TopologyPolicy | Status | None
         if pod.plain and topology is not None and len(topology.numa_ids) <= DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
@@ -614,7 +617,7 @@ class NumaAwarePlugin:
             else:
                 # The unit plan is kept per pod shape and machine content, but not for an agent's
                 # view of the pod (another task object per node, not of the pod's shape).
-                outcome = self._computed_outcome(subject, node, topology, state, shape, policy, subject is task)
+                outcome = self._computed_outcome(subject, pod, node, topology, state, shape, policy, subject is task)
         if isinstance(outcome, Status):
             return outcome
         if pod.spec.exclusive is not None:
@@ -724,6 +727,7 @@ class NumaAwarePlugin:
     def _computed_outcome(
         self,
         task: TaskInfo,
+        pod: _PodData,
         node: NodeInfo,
         topology: NumaTopology,
         state: _NodeState,
@@ -747,7 +751,7 @@ class NumaAwarePlugin:
                 unit = None
             else:
                 # The pod's request under a plan is the same on every node of that plan.
-                units = self._pod(task).units
+                units = pod.units
                 unit = units.get(plan_key)
                 if unit is None:
                     unit = units[plan_key] = plan.unit(task)
@@ -838,9 +842,10 @@ class NumaAwarePlugin:
         return part.decision if isinstance(part, _ScorePart) else None
 
     def predicate(self, task: TaskInfo, node: NodeInfo) -> Status:
-        outcome = self.admit(task, node)
+        pod = self._pod(task)
+        outcome = self._admit(task, pod, node)
         if isinstance(outcome, Status):
-            self._pod(task).decided.pop(node.name, None)
+            pod.decided.pop(node.name, None)
             return outcome
         return SUCCESS
 
@@ -853,10 +858,11 @@ class NumaAwarePlugin:
         topology or does not admit it). The engine memoises it per pod class and generation."""
         if node.topology is None:
             return None
-        decision = self._recall(task, node.name)
+        decided = self._pod(task).decided
+        decision = decided.get(node.name)
         if decision is None:
             self.admit(task, node)
-            decision = self._recall(task, node.name)
+            decision = decided.get(node.name)
         return None if decision is None else _ScorePart(decision)
 
     def combine_scores(
@@ -957,15 +963,21 @@ class NumaAwarePlugin:
         outcome = decision.outcome
         if not isinstance(outcome, Admission):
             return None
-        free = decision.free
-        return (
-            self.fingerprints.get(decision.topology),
-            decision.equivalence[1],
-            outcome.hint,
-            resources,
-            tuple(free.free_devices(resource) for resource in resources),
-            tuple(free.unknown_count(resource) for resource in resources),
-        )
+        class_id, shape = decision.equivalence
+        # The devices and their free and unknown counts follow from the node's class (its topology
+        # content and free resources): named by a small id, read once per class.
+        tables = self.tables
+        state_id = tables.device_states.get((class_id, resources))
+        if state_id is None:
+            free = decision.free
+            content = (
+                self.fingerprints.get(decision.topology),
+                resources,
+                tuple(free.free_devices(resource) for resource in resources),
+                tuple(free.unknown_count(resource) for resource in resources),
+            )
+            state_id = tables.device_state_id((class_id, resources), content)
+        return (state_id, shape, outcome.hint)
 
     def _computed_quality(
         self, task: TaskInfo, node: NodeInfo, topology: NumaTopology, decision: _Decision, resources: Sequence[str]
@@ -995,8 +1007,8 @@ class NumaAwarePlugin:
         """Decide the task's CPUs, devices and memory on its node. The statement then accounts
         task.allocation in the node's NUMA ledger, so later pods of this session see it."""
         task, node = event.task, event.node
-        decision = self._recall(task, node.name) or self._scored_decision(task, node)
-        self._forget_node(task, node.name)
+        # Taken out of the pod's decisions: only the current task's are kept, one per node.
+        decision = self._pod(task).decided.pop(node.name, None) or self._scored_decision(task, node)
         if node.topology is None:
             return
         task.allocation = None
@@ -1112,6 +1124,9 @@ class AdmissionTables:
         self.unit_plans: dict[tuple[int, TopologyFingerprint], UnitPlan | None] = {}
         # The same per device state (_device_state): nodes alike but for their CPUs share it.
         self.device_qualities: dict[Hashable, tuple[int, int, int] | None] = {}
+        # A device state's id per (class, device resources), and per content (device_state_id).
+        self.device_states: dict[tuple[int, tuple[str, ...]], int] = {}
+        self._device_state_ids: dict[Hashable, int] = {}
         # Link qualities by a small id (0: none reported), for ranking on arrays. Never trimmed:
         # score parts in the engine's memo hold ids, and the qualities are sums of small counts
         # (NVLinks, PCIe closeness, a free block's size), so there are few of them.
@@ -1138,6 +1153,15 @@ class AdmissionTables:
             found = self._ids[key] = self._new_id()
         return found
 
+    def device_state_id(self, key: tuple[int, tuple[str, ...]], content: Hashable) -> int:
+        """The id of a device state's content (never reused: ids are counted on), kept for the
+        class and resources `key`."""
+        found = self._device_state_ids.get(content)
+        if found is None:
+            found = self._device_state_ids[content] = self._new_id()
+        self.device_states[key] = found
+        return found
+
     def quality_id(self, quality: tuple[int, int, int] | None) -> int:
         found = self._quality_ids.get(quality)
         if found is None:
@@ -1162,12 +1186,18 @@ class AdmissionTables:
             self.successors.clear()
             self.qualities.clear()
             self.device_qualities.clear()
+            self.device_states.clear()
+            self._device_state_ids.clear()
         if len(self.successors) > self.MAX_CLASSES:
             self.successors.clear()
         if len(self.admissions) > self.MAX_NODES:
             self.admissions.clear()
         if len(self.device_qualities) > self.MAX_CLASSES:
             self.device_qualities.clear()
+        if len(self.device_states) + len(self._device_state_ids) > self.MAX_CLASSES:
+            # A content seen again gets a new id; qualities kept under the old one go unread.
+            self.device_states.clear()
+            self._device_state_ids.clear()
         if len(self.pod_specs) > self.MAX_CLASSES:
             self.pod_specs.clear()
 

@@ -27,9 +27,11 @@ from numasched.scheduler.framework.equivalence import (
     Candidates,
     EquivalenceMemo,
     Floats,
+    Ints,
     NodeIndex,
     NodeSlots,
     Objects,
+    PartAnswers,
     resource_key,
 )
 from numasched.scheduler.framework.plugin import DeclaresEquivalence, Plugin
@@ -172,6 +174,35 @@ def _compare_by_creation(first: TaskInfo | JobInfo, second: TaskInfo | JobInfo) 
     if first.uid != second.uid:
         return -1 if first.uid < second.uid else 1
     return 0
+
+
+# Up to this many stale nodes, the parts are written to the table one by one: numpy's fancy
+# indexing costs more than that many scalar writes (most pods find a node or two changed).
+_FEW_STALE = 16
+
+
+def _keep_parts(
+    table: PartAnswers, fn: ScoreParts, task: TaskInfo, candidates: Candidates, stale: Ints, at: Ints
+) -> None:
+    """The plugin's parts (and numbers) of the stale candidates, asked node by node and kept in
+    the table at their slots `at`, each with the generation it holds for. A part the plugin
+    raised on keeps nothing (the parts of the nodes before it hold for their generations)."""
+    part, number = fn.part, fn.number
+    stale_nodes = [candidates[position] for position in stale.tolist()]
+    if len(stale_nodes) <= _FEW_STALE:
+        parts, numbers, generation = table.parts, table.numbers, table.generation
+        for slot, node in zip(at.tolist(), stale_nodes, strict=True):
+            value = part(task, node)
+            if number is not None:
+                numbers[slot] = number(value)
+            parts[slot] = value
+            generation[slot] = node.generation
+        return
+    values = [part(task, node) for node in stale_nodes]
+    table.parts[at] = np.fromiter(values, dtype=object, count=len(values))
+    if number is not None:
+        table.numbers[at] = np.fromiter(map(number, values), dtype=np.float64, count=len(values))
+    table.generation[at] = [node.generation for node in stale_nodes]
 
 
 class Session:
@@ -628,15 +659,7 @@ class Session:
             table = memo.parts(("parts", name, class_key))
             stale = np.flatnonzero(table.generation[slots] != candidates.generations)
             if len(stale):
-                # Asked node by node, kept all at once (a part the plugin raised on keeps nothing).
-                stale_nodes = [candidates[position] for position in stale.tolist()]
-                part = fn.part
-                values = [part(task, node) for node in stale_nodes]
-                at = slots[stale]
-                table.parts[at] = np.fromiter(values, dtype=object, count=len(values))
-                if fn.number is not None:
-                    table.numbers[at] = np.fromiter(map(fn.number, values), dtype=np.float64, count=len(values))
-                table.generation[at] = [node.generation for node in stale_nodes]
+                _keep_parts(table, fn, task, candidates, stale, slots[stale])
             if fn.combine_numbers is not None:
                 # The parts stay in the table until the plugin reads one.
                 return fn.combine_numbers(task, candidates, CandidateParts(table.parts, slots), table.numbers[slots])
