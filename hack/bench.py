@@ -64,7 +64,20 @@ TARGETS = {
     "pods_per_s": 1000.0,
     "p99_ms": 5.0,
     "rss_mib": 1024.0,
+    # numasched's rate against the configuration without numa-aware, in the same round.
+    "rate_against_unaware": 0.7,
 }
+BASELINE = "topology-unaware"
+
+
+@attrs.frozen(slots=True)
+class PlannedRun:
+    """One run of the plan: its spec, the round it belongs to (1-based, see --repeat) and whether
+    its placements are judged for quality (in the first round only)."""
+
+    spec: RunSpec
+    round: int = 1
+    quality: bool = True
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,6 +90,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--quality-mixes", nargs="*", choices=list(MIXES), help="extra mixes judged for quality")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the balanced scale runs this many times, in rounds (each configuration once per round); "
+        "the report gives every round's rates and their median",
+    )
     parser.add_argument("--batches", type=int, default=10, help="arrival batches per run")
     parser.add_argument("--jobs", type=int, help="runs in parallel (default: 2 quick, 1 full)")
     parser.add_argument("--budget", type=float, help="per run: stop adding batches after this much scheduling time")
@@ -156,7 +176,7 @@ def _spec_dict(spec: RunSpec) -> dict[str, Any]:
 # -- parent side ------------------------------------------------------------------------------------
 
 
-def plan(args: argparse.Namespace) -> tuple[list[RunSpec], Mode]:
+def plan(args: argparse.Namespace) -> tuple[list[PlannedRun], Mode]:
     base = FULL if args.full else QUICK
     scale_nodes: tuple[int, ...] = tuple(args.nodes) if args.nodes else base.scale_nodes
     mode = attrs.evolve(
@@ -169,15 +189,15 @@ def plan(args: argparse.Namespace) -> tuple[list[RunSpec], Mode]:
         time_limit_s=args.time_limit or base.time_limit_s,
         run_limit_s=args.run_limit or base.run_limit_s,
     )
-    specs: list[RunSpec] = []
-    runs = [(nodes, "balanced") for nodes in mode.scale_nodes]
-    runs += [(mode.quality_nodes, mix) for mix in mode.quality_mixes]
-    for nodes, mix in runs:
+    planned: list[PlannedRun] = []
+    runs = [(nodes, "balanced", 1) for nodes in mode.scale_nodes]
+    runs += [(nodes, "balanced", round_) for round_ in range(2, max(1, args.repeat) + 1) for nodes in mode.scale_nodes]
+    runs += [(mode.quality_nodes, mix, 1) for mix in mode.quality_mixes]
+    for nodes, mix, round_ in runs:
         for config in args.configs:
-            specs.append(
-                RunSpec(nodes, nodes * args.pods_per_node, config, mix, args.seed, args.batches, mode.budget_s)
-            )
-    return specs, mode
+            spec = RunSpec(nodes, nodes * args.pods_per_node, config, mix, args.seed, args.batches, mode.budget_s)
+            planned.append(PlannedRun(spec, round_, quality=round_ == 1))
+    return planned, mode
 
 
 # Relative cost of a configuration per (pod x node), from earlier runs; only orders the runs.
@@ -188,24 +208,31 @@ def expected_cost(spec: RunSpec) -> float:
     return float(spec.nodes * spec.pods) * _CONFIG_COST.get(str(spec.config), 1.0)
 
 
-def execute(specs: list[RunSpec], jobs: int, time_limit_s: float, run_limit_s: float) -> list[dict[str, Any]]:
+def execute(runs: list[PlannedRun], jobs: int, time_limit_s: float, run_limit_s: float) -> list[dict[str, Any]]:
     deadline = time.monotonic() + time_limit_s
     results: dict[int, dict[str, Any]] = {}
 
     def one(index: int) -> None:
         left = deadline - time.monotonic()
-        spec = specs[index]
+        planned = runs[index]
         if left <= 1:
-            results[index] = {"spec": _spec_dict(spec), "error": "not started: time limit reached"}
-            return
-        results[index] = run_in_worker(spec, min(left, run_limit_s))
-        print(_progress_line(results[index]), file=sys.stderr, flush=True)
+            results[index] = {"spec": _spec_dict(planned.spec), "error": "not started: time limit reached"}
+        else:
+            results[index] = run_in_worker(planned.spec, min(left, run_limit_s), with_quality=planned.quality)
+            print(_progress_line(results[index]), file=sys.stderr, flush=True)
+        results[index]["round"] = planned.round
 
-    # Longest runs first, so parallel runs finish close together.
-    order = sorted(range(len(specs)), key=lambda index: -expected_cost(specs[index]))
+    order = run_order(runs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, order))
-    return [results[index] for index in range(len(specs))]
+    return [results[index] for index in range(len(runs))]
+
+
+def run_order(runs: Sequence[PlannedRun]) -> list[int]:
+    """Round by round, so that a slower or faster stretch of a shared machine falls on every
+    configuration of a round alike; within a round the longest runs first, so parallel runs
+    finish close together."""
+    return sorted(range(len(runs)), key=lambda index: (runs[index].round, -expected_cost(runs[index].spec)))
 
 
 def _progress_line(result: dict[str, Any]) -> str:
@@ -236,18 +263,20 @@ def scale_table(results: list[dict[str, Any]]) -> list[str]:
         "| decision p99 ms | decisions | cycles | cycle mean s | cycle max s | peak RSS MiB | finished |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+    rounds = max((result.get("round", 1) for result in results), default=1)
     for result in results:
         spec = result["spec"]
         if spec["mix"] != "balanced":
             continue
+        config = spec["config"] + (f" (round {result.get('round', 1)})" if rounds > 1 else "")
         if "error" in result:
-            lines.append(f"| {spec['config']} | {spec['nodes']:,} | {spec['pods']:,} | {result['error']} |" + " |" * 12)
+            lines.append(f"| {config} | {spec['nodes']:,} | {spec['pods']:,} | {result['error']} |" + " |" * 12)
             continue
         lines.append(
             "| "
             + " | ".join(
                 [
-                    spec["config"],
+                    config,
                     _fmt(spec["nodes"]),
                     _fmt(spec["pods"]),
                     _fmt(result["submitted_pods"]),
@@ -312,7 +341,7 @@ def growth_lines(results: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     by_config: dict[str, list[dict[str, Any]]] = {}
     for result in results:
-        if "error" in result or result["spec"]["mix"] != "balanced":
+        if "error" in result or result["spec"]["mix"] != "balanced" or result.get("round", 1) != 1:
             continue
         by_config.setdefault(result["spec"]["config"], []).append(result)
     for config, runs in by_config.items():
@@ -352,7 +381,7 @@ def targets_lines(results: list[dict[str, Any]]) -> list[str]:
             f"- 1,000 nodes / 10,000 pods, numa-aware on: NOT met, the run did not finish: {at_target[0]['error']}"
         )
     else:
-        run = at_target[0]
+        run = median_run(at_target)
         checks = [
             (f"pods/s >= {TARGETS['pods_per_s']:,.0f}", run["pods_per_s"] >= TARGETS["pods_per_s"], run["pods_per_s"]),
             (
@@ -372,9 +401,15 @@ def targets_lines(results: list[dict[str, Any]]) -> list[str]:
             ),
         ]
         partial = "" if run["finished"] else " (run stopped early: partial)"
+        which = (
+            f", the median of {len(at_target)} rounds by pods/s: round {run.get('round', 1)}"
+            if len(at_target) > 1
+            else ""
+        )
         for name, met, value in checks:
             verdict = "met" if met else "NOT met"
-            lines.append(f"- 1,000 nodes, numa-aware on: {name}: {verdict} ({_fmt(value, 2)}){partial}")
+            lines.append(f"- 1,000 nodes, numa-aware on: {name}: {verdict} ({_fmt(value, 2)}{which}){partial}")
+        lines += rate_target_lines(results, int(TARGETS["nodes"]))
     rejected = [
         (r["spec"]["mix"], r["spec"]["nodes"], r["quality"]["rejected"])
         for r in results
@@ -384,6 +419,81 @@ def targets_lines(results: list[dict[str, Any]]) -> list[str]:
         total = sum(count for _, _, count in rejected)
         detail = ", ".join(f"{mix} N={nodes}: {count}" for mix, nodes, count in rejected)
         lines.append(f"- zero kubelet rejections for numasched: {'met' if total == 0 else 'NOT met'} ({detail})")
+    return lines
+
+
+def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median pods/s (the lower middle one of an even count); an unfinished run
+    ranks below every finished one."""
+    ranked = sorted(
+        runs, key=lambda run: (bool(run.get("finished")) and "error" not in run, run.get("pods_per_s", 0.0))
+    )
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def rate_ratios(results: Sequence[dict[str, Any]], config: str, nodes: int, field: str) -> list[tuple[int, float]]:
+    """Per round, the config's rate (`field`: pods_per_s or pods_per_cpu_s) divided by the
+    baseline's in the same round, on the balanced mix at N = nodes; rounds where either run
+    failed or stopped early are left out."""
+    by_round: dict[int, dict[str, dict[str, Any]]] = {}
+    for result in results:
+        spec = result["spec"]
+        if spec["mix"] != "balanced" or spec["nodes"] != nodes or "error" in result or not result.get("finished"):
+            continue
+        by_round.setdefault(result.get("round", 1), {})[spec["config"]] = result
+    ratios: list[tuple[int, float]] = []
+    for round_, runs in sorted(by_round.items()):
+        if config in runs and BASELINE in runs and runs[BASELINE].get(field, 0.0) > 0:
+            ratios.append((round_, runs[config][field] / runs[BASELINE][field]))
+    return ratios
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+_RATE_FIELDS = (("pods_per_s", "pods/s"), ("pods_per_cpu_s", "pods per CPU-second"))
+
+
+def rate_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Every configuration's rate against the baseline per cluster size: each round's ratio and
+    the median."""
+    lines: list[str] = []
+    sizes = sorted({r["spec"]["nodes"] for r in results if r["spec"]["mix"] == "balanced"})
+    configs = sorted({r["spec"]["config"] for r in results} - {BASELINE})
+    for nodes in sizes:
+        for config in configs:
+            for field, what in _RATE_FIELDS:
+                ratios = rate_ratios(results, config, nodes, field)
+                if ratios:
+                    rounds = ", ".join(f"{ratio:.3f}" for _, ratio in ratios)
+                    lines.append(
+                        f"- {config}, N={nodes:,}, {what}: median {median([r for _, r in ratios]):.3f} "
+                        f"of {BASELINE}'s (rounds: {rounds})"
+                    )
+    return lines
+
+
+def rate_target_lines(results: Sequence[dict[str, Any]], nodes: int) -> list[str]:
+    """The rate target: the median over rounds of numasched's rate divided by the baseline's."""
+    lines: list[str] = []
+    floor = TARGETS["rate_against_unaware"]
+    for field, what in _RATE_FIELDS:
+        ratios = rate_ratios(results, "numasched", nodes, field)
+        if not ratios:
+            lines.append(
+                f"- {nodes:,} nodes, rate against {BASELINE} ({what}): not measured "
+                "(both configurations must finish a round)"
+            )
+            continue
+        middle = median([ratio for _, ratio in ratios])
+        verdict = "met" if middle >= floor else "NOT met"
+        lines.append(
+            f"- {nodes:,} nodes, numa-aware on: {what} at least {floor:g} of {BASELINE}'s in the same round: "
+            f"{verdict} (median {middle:.3f} over {len(ratios)} round{'s' if len(ratios) > 1 else ''})"
+        )
     return lines
 
 
@@ -402,6 +512,10 @@ def render(results: list[dict[str, Any]], mode: Mode, started: datetime.datetime
         "### Throughput and scale (mix: balanced)",
         "",
         *scale_table(results),
+        "",
+        "Rate against the configuration without numa-aware (same round):",
+        "",
+        *(rate_lines(results) or [f"- (needs {BASELINE} and another configuration)"]),
         "",
         "Cost growth:",
         "",
@@ -454,10 +568,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker_main(args.worker, not args.no_quality, args.progress)
     if args.profile:
         return profile_main(args)
-    specs, mode = plan(args)
+    runs, mode = plan(args)
     started = datetime.datetime.now(datetime.UTC)
     clock = time.perf_counter()
-    results = execute(specs, mode.jobs, mode.time_limit_s, mode.run_limit_s)
+    results = execute(runs, mode.jobs, mode.time_limit_s, mode.run_limit_s)
     report = render(results, mode, started, time.perf_counter() - clock)
     sys.stdout.write(report)
     if args.markdown:
