@@ -451,7 +451,7 @@ class NumaAwarePlugin:
     def pre_predicate(self, task: TaskInfo) -> Status:
         """A bad policy annotation rules out every node: say so once, not once per node."""
         requested = self._pod(task).policy
-        return requested if isinstance(requested, Status) else Status()
+        return requested if isinstance(requested, Status) else SUCCESS
 
     # -- placement --------------------------------------------------------------------------------
 
@@ -700,8 +700,9 @@ class NumaAwarePlugin:
                 # from the one before, as on every node of its class given the same allocation.
                 return self._successor(node, state, step.added)
         free = free_resources(node)
-        class_id = self.tables.class_id(self.fingerprints.get(topology), free_key(free))
-        state = _NodeState(node.numa_generation, topology, free, class_id)
+        fingerprint = self.fingerprints.get(topology)
+        class_id = self.tables.class_id(fingerprint, free_key(free))
+        state = _NodeState(node.numa_generation, topology, fingerprint, free, class_id)
         self._admissions[node.name] = state
         return state
 
@@ -716,11 +717,11 @@ class NumaAwarePlugin:
         else:
             derived = free_after(before.free, added)
             free = derived if derived is not None else free_resources(node)
-            class_id = self.tables.class_id(self.fingerprints.get(before.topology), free_key(free))
+            class_id = self.tables.class_id(before.fingerprint, free_key(free))
             if derived is not None:
                 # The allocation is kept with its entry, so its id names it for as long as the entry lives.
                 self.tables.successors[key] = (added, free, class_id)
-        state = _NodeState(node.numa_generation, before.topology, free, class_id)
+        state = _NodeState(node.numa_generation, before.topology, before.fingerprint, free, class_id)
         self._admissions[node.name] = state
         return state
 
@@ -742,7 +743,7 @@ class NumaAwarePlugin:
         key = (state.class_id, shape)
         unit: DecisionUnit | Unasked | None = UNASKED
         if keep_plan and policy is not TopologyPolicy.NONE:
-            plan_key = (shape, self.fingerprints.get(topology))
+            plan_key = (shape, state.fingerprint)
             plan = self.tables.unit_plans.get(plan_key, UNASKED)
             if isinstance(plan, Unasked):
                 scope = topology.policies.topology_manager_scope
@@ -1253,13 +1254,16 @@ class _NodeState:
 
     generation: int
     topology: NumaTopology
+    # The topology's content (fingerprints.get(topology)), read once per node state.
+    fingerprint: TopologyFingerprint
     free: FreeResources
     # Nodes of equal topology content and free resources share a class within the session.
     class_id: int
     outcomes: dict[int, Placement | Admission | Status] = attrs.field(factory=dict)
 
 
-@attrs.frozen(slots=True)
+# Not frozen (a frozen __init__ costs more): one is built per admission computed, never changed.
+@attrs.define(slots=True, eq=False)
 class _Shared:
     """An admission shared by the nodes of one class: the outcome, or a refusal's reason without
     its node prefix; pod is the pod key the reason names, None when it names none."""
