@@ -343,6 +343,26 @@ def test_score_parts_are_kept_per_class_and_node_generation_as_the_plugin_gave_t
     assert plugin.seen[-1] == [(0, 0), (1, 0), (2, 1), (3, 0)]
 
 
+def test_score_parts_of_few_and_of_many_changed_nodes_are_kept_alike() -> None:
+    # Up to a few changed nodes the parts are written one by one, more at once: both keep each
+    # node's part and number at its generation.
+    plugin = TupleParts()
+    registry = default_registry()
+    registry.register_plugin("tuples", lambda arguments: plugin)
+    nodes = [node(i) for i in range(40)]
+    ssn = session(nodes, registry, config("tuples"), EquivalenceMemo())
+    held = 0
+    for pod, changed in (("a", range(40)), ("b", (3, 17, 29)), ("c", range(5, 35)), ("d", ())):
+        for index in changed if pod != "a" else ():
+            held += 1
+            nodes[index].add_task(task(f"held-{held}"))
+        before = len(plugin.asked)
+        candidates = feasible_nodes(ssn, task(pod), nodes, check_resources=True)
+        assert ssn.batch_node_order(task(pod), candidates).tolist() == [2.0 * i for i in range(40)]
+        assert sorted(name for _, name in plugin.asked[before:]) == [f"n{i:03d}" for i in changed]
+        assert plugin.seen[-1] == [(i, len(nodes[i].tasks)) for i in range(40)]
+
+
 def test_candidate_parts_read_the_table_at_the_candidates_slots() -> None:
     table = np.empty(5, dtype=object)
     for slot, part in enumerate(["s0", ("s", 1), "s2", None, "s4"]):

@@ -22,11 +22,12 @@ from numasched.api.topology import DeviceLink, KubeletPolicies, NumaTopology, To
 from numasched.cache.convert_pod import node_to_node_info, pod_to_task
 from numasched.cache.convert_topology import numatopology_to_topology
 from numasched.cache.machine_shapes import machine_objects
-from numasched.plugins.numaaware.admission import Placement
+from numasched.plugins.numaaware.admission import Admission, Placement
 from numasched.plugins.numaaware.plugin import (
     NumaAwareBuilder,
     NumaAwarePlugin,
     TopologyFingerprint,
+    free_key,
     topology_fingerprint,
 )
 from numasched.plugins.numaaware.providers.base import (
@@ -384,3 +385,39 @@ def test_pods_alike_share_a_class_only_within_one_set_of_admission_tables() -> N
     ids = [tables.quality_id(quality) for quality in ((3, 1, 4), (0, 0, 0), (3, 1, 4))]
     assert ids[0] == ids[2] != ids[1] and 0 not in ids
     assert [tables.qualities_by_id[quality_id] for quality_id in ids] == [(3, 1, 4), (0, 0, 0), (3, 1, 4)]
+
+
+def test_a_device_state_is_named_by_the_devices_free_whatever_the_cpus() -> None:
+    # Link quality is kept per device state (the free and unknown devices of the resources
+    # ranked), named by a small id per node class: classes that differ only in their CPUs share
+    # it, other devices free or other resources ranked name another.
+    nic = "rdma/hca"
+    plugin = NumaAwarePlugin(Arguments({"weight": 1, "devices": [GPU, nic]}, plugin="numa-aware"))
+    node = node_of("hgx-h100", "gamma-3")
+    task = pod("8", 64, 1)
+    assert isinstance(plugin.admit(task, node), Admission)
+    decision = plugin._pod(task).decided[node.name]
+    class_id, shape = decision.equivalence
+    gpus_only = plugin._device_state(decision, (GPU,))
+    assert gpus_only is not None and gpus_only[1:] == (shape, decision.outcome.hint)
+    # The same class asked for another set of resources: another state.
+    with_nics = plugin._device_state(decision, (GPU, nic))
+    assert with_nics is not None and with_nics[0] != gpus_only[0]
+    assert plugin._device_state(decision, (GPU,)) == gpus_only
+
+    def in_class(free: FreeResources) -> Any:
+        fingerprint = plugin.fingerprints.get(decision.topology)
+        other_class = plugin.tables.class_id(fingerprint, free_key(free))
+        assert other_class != class_id
+        return attrs.evolve(decision, free=free, equivalence=(other_class, shape))
+
+    free = decision.free
+    fewer_cpus = attrs.evolve(free, cpus=free.cpus - IdSet([min(free.cpus)]))
+    assert plugin._device_state(in_class(fewer_cpus), (GPU,)) == gpus_only
+    assert plugin._device_state(in_class(fewer_cpus), (GPU, nic)) == with_nics
+    one_gpu_taken = attrs.evolve(free, devices={**free.devices, GPU: free.devices[GPU][1:]})
+    taken = plugin._device_state(in_class(one_gpu_taken), (GPU,))
+    assert taken is not None and taken[0] not in (gpus_only[0], with_nics[0])
+    held_unknown = attrs.evolve(free, unknown={GPU: 1}, unknown_pods={GPU: ("default/other",)})
+    unknown = plugin._device_state(in_class(held_unknown), (GPU,))
+    assert unknown is not None and unknown[0] not in (gpus_only[0], taken[0])

@@ -186,7 +186,7 @@ def _keep_parts(
 ) -> None:
     """The plugin's parts (and numbers) of the stale candidates, asked node by node and kept in
     the table at their slots `at`, each with the generation it holds for. A part the plugin
-    raised on keeps nothing (the parts of the nodes before it hold for their generations)."""
+    raised on is not kept (a part kept before it holds for its own node's generation)."""
     part, number = fn.part, fn.number
     stale_nodes = [candidates[position] for position in stale.tolist()]
     if len(stale_nodes) <= _FEW_STALE:
