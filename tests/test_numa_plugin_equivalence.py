@@ -395,11 +395,12 @@ def test_a_device_state_is_named_by_the_devices_free_whatever_the_cpus() -> None
     plugin = NumaAwarePlugin(Arguments({"weight": 1, "devices": [GPU, nic]}, plugin="numa-aware"))
     node = node_of("hgx-h100", "gamma-3")
     task = pod("8", 64, 1)
-    assert isinstance(plugin.admit(task, node), Admission)
+    admission = plugin.admit(task, node)
+    assert isinstance(admission, Admission)
     decision = plugin._pod(task).decided[node.name]
     class_id, shape = decision.equivalence
     gpus_only = plugin._device_state(decision, (GPU,))
-    assert gpus_only is not None and gpus_only[1:] == (shape, decision.outcome.hint)
+    assert gpus_only is not None and gpus_only[1:] == (shape, admission.hint)
     # The same class asked for another set of resources: another state.
     with_nics = plugin._device_state(decision, (GPU, nic))
     assert with_nics is not None and with_nics[0] != gpus_only[0]

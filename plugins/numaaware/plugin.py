@@ -50,6 +50,7 @@ import numpy as np
 import structlog
 
 from numasched.api.allocation import PodAllocation
+from numasched.api.hint import TopologyHint
 from numasched.api.idset import IdSet
 from numasched.api.node import NodeInfo, UnknownHolder
 from numasched.api.resource import Resource
@@ -956,7 +957,7 @@ class NumaAwarePlugin:
                 self.tables.device_qualities[device_key] = quality
         return quality
 
-    def _device_state(self, decision: _Decision, resources: tuple[str, ...]) -> Hashable | None:
+    def _device_state(self, decision: _Decision, resources: tuple[str, ...]) -> tuple[int, int, TopologyHint] | None:
         """What the device sets an Admission is completed with depend on: the devices (the
         topology), the pod's shape and policy, the merged hint, and per device resource what is
         free and how much pods of unknown ids hold; not the CPUs (the device provider reads none).
