@@ -326,12 +326,17 @@ class TupleParts:
         return numbers * 2
 
 
-def test_score_parts_are_kept_per_class_and_node_generation_as_the_plugin_gave_them() -> None:
+def tuples_session(count: int) -> tuple[TupleParts, list[NodeInfo], Session]:
+    """A session of `count` nodes whose only plugin is TupleParts, with a memo."""
     plugin = TupleParts()
     registry = default_registry()
     registry.register_plugin("tuples", lambda arguments: plugin)
-    nodes = [node(i) for i in range(4)]
-    ssn = session(nodes, registry, config("tuples"), EquivalenceMemo())
+    nodes = [node(i) for i in range(count)]
+    return plugin, nodes, session(nodes, registry, config("tuples"), EquivalenceMemo())
+
+
+def test_score_parts_are_kept_per_class_and_node_generation_as_the_plugin_gave_them() -> None:
+    plugin, nodes, ssn = tuples_session(4)
     candidates = feasible_nodes(ssn, task("a"), nodes, check_resources=True)
     assert ssn.batch_node_order(task("a"), candidates).tolist() == [0.0, 2.0, 4.0, 6.0]
     assert plugin.seen[-1] == [(0, 0), (1, 0), (2, 0), (3, 0)]
@@ -346,11 +351,7 @@ def test_score_parts_are_kept_per_class_and_node_generation_as_the_plugin_gave_t
 def test_score_parts_of_few_and_of_many_changed_nodes_are_kept_alike() -> None:
     # Up to a few changed nodes the parts are written one by one, more at once: both keep each
     # node's part and number at its generation.
-    plugin = TupleParts()
-    registry = default_registry()
-    registry.register_plugin("tuples", lambda arguments: plugin)
-    nodes = [node(i) for i in range(40)]
-    ssn = session(nodes, registry, config("tuples"), EquivalenceMemo())
+    plugin, nodes, ssn = tuples_session(40)
     held = 0
     for pod, changed in (("a", range(40)), ("b", (3, 17, 29)), ("c", range(5, 35)), ("d", ())):
         for index in changed if pod != "a" else ():
