@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -448,12 +449,6 @@ def rate_ratios(results: Sequence[dict[str, Any]], config: str, nodes: int, fiel
     return ratios
 
 
-def median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 _RATE_FIELDS = (("pods_per_s", "pods/s"), ("pods_per_cpu_s", "pods per CPU-second"))
 
 
@@ -470,7 +465,7 @@ def rate_lines(results: Sequence[dict[str, Any]]) -> list[str]:
                 if ratios:
                     rounds = ", ".join(f"{ratio:.3f}" for _, ratio in ratios)
                     lines.append(
-                        f"- {config}, N={nodes:,}, {what}: median {median([r for _, r in ratios]):.3f} "
+                        f"- {config}, N={nodes:,}, {what}: median {statistics.median([r for _, r in ratios]):.3f} "
                         f"of {BASELINE}'s (rounds: {rounds})"
                     )
     return lines
@@ -488,7 +483,7 @@ def rate_target_lines(results: Sequence[dict[str, Any]], nodes: int) -> list[str
                 "(both configurations must finish a round)"
             )
             continue
-        middle = median([ratio for _, ratio in ratios])
+        middle = statistics.median([ratio for _, ratio in ratios])
         verdict = "met" if middle >= floor else "NOT met"
         lines.append(
             f"- {nodes:,} nodes, numa-aware on: {what} at least {floor:g} of {BASELINE}'s in the same round: "

@@ -180,7 +180,7 @@ def test_each_node_keeps_its_own_topology_and_free_resources_for_on_allocate() -
     for node in nodes:
         assert plugin.predicate(task, node).passed
     for node in nodes:
-        decision = plugin._recall(task, node.name)
+        decision = plugin._pod(task).decided.get(node.name)
         assert decision is not None and decision.topology is node.topology
     # A change on beta-2 after the predicate: on_allocate must notice it on that node only.
     taken = plugin.place(task, nodes[1])

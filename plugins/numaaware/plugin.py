@@ -827,9 +827,6 @@ class NumaAwarePlugin:
         # Kept in the pod's CycleState: its nodes' decisions serve its scoring and its allocation.
         self._pod(task).decided[node_name] = decision
 
-    def _recall(self, task: TaskInfo, node_name: str) -> _Decision | None:
-        return self._pod(task).decided.get(node_name)
-
     def _scored_decision(self, task: TaskInfo, node: NodeInfo) -> _Decision | None:
         """The decision in the score part of the chosen node, when the candidates were scored on
         arrays (combine_numa_counts keeps the parts, not a decision per candidate)."""
@@ -860,11 +857,11 @@ class NumaAwarePlugin:
         topology or does not admit it). The engine memoises it per pod class and generation."""
         if node.topology is None:
             return None
-        decided = self._pod(task).decided
-        decision = decided.get(node.name)
+        pod = self._pod(task)
+        decision = pod.decided.get(node.name)
         if decision is None:
-            self.admit(task, node)
-            decision = decided.get(node.name)
+            self._admit(task, pod, node)
+            decision = pod.decided.get(node.name)
         return None if decision is None else _ScorePart(decision)
 
     def combine_scores(
